@@ -1,0 +1,35 @@
+"""Errors shared by every layer of the library.
+
+`ValidationError` is what every edge (gRPC, HTTP, CLI, CRDs, YAML) turns bad input into:
+it names the offending field with a path such as ``children[2].fragment.length`` and says
+why, so a user can fix their input without reading our code.
+"""
+
+from __future__ import annotations
+
+
+class GazetteError(Exception):
+    """Base of the errors this library raises on purpose."""
+
+
+class ValidationError(GazetteError, ValueError):
+    """Input that breaks a rule; `field` names where, `reason` says why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+    def within(self, parent: str) -> ValidationError:
+        """The same error seen from an enclosing field (``parent.field``)."""
+        if not parent:
+            return self
+        if not self.field:
+            field = parent
+        elif self.field.startswith("["):
+            field = parent + self.field
+        else:
+            field = f"{parent}.{self.field}"
+        err = ValidationError(field, self.reason)
+        err.__cause__ = self.__cause__
+        return err

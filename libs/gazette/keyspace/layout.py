@@ -1,0 +1,97 @@
+"""Where things live in etcd, under one root per cluster or consumer application.
+
+- ``{root}/items/{id}``: a JournalSpec or ShardSpec;
+- ``{root}/members/{zone}#{suffix}``: a member spec, under the member's lease;
+- ``{root}/assign/{item}#{zone}#{suffix}#{slot}``: an assignment (slot 0 is primary),
+  under its member's lease.
+
+Names never contain ``#`` (see `gazette.names`), so keys split unambiguously.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gazette import names
+from gazette.errors import ValidationError
+
+BROKER_ROOT = "/gazette/cluster"
+CONSUMER_ROOT = "/gazette/consumers"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemKey:
+    item: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberKey:
+    zone: str
+    suffix: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentKey:
+    item: str
+    zone: str
+    suffix: str
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The keys of one cluster (brokers) or one consumer application."""
+
+    root: str
+
+    def __post_init__(self) -> None:
+        names.validate_etcd_prefix(self.root, "etcd.prefix")
+
+    @classmethod
+    def brokers(cls, root: str = BROKER_ROOT) -> Layout:
+        return cls(root)
+
+    @classmethod
+    def consumer_app(cls, app: str, root: str = CONSUMER_ROOT) -> Layout:
+        names.validate_path(app, "app", 1, 128)
+        return cls(f"{root}/{app}")
+
+    @property
+    def items(self) -> str:
+        return f"{self.root}/items/"
+
+    @property
+    def members(self) -> str:
+        return f"{self.root}/members/"
+
+    @property
+    def assignments(self) -> str:
+        return f"{self.root}/assign/"
+
+    def item_key(self, item: str) -> str:
+        return self.items + item
+
+    def member_key(self, zone: str, suffix: str) -> str:
+        return f"{self.members}{zone}#{suffix}"
+
+    def assignment_key(self, item: str, zone: str, suffix: str, slot: int) -> str:
+        return f"{self.assignments}{item}#{zone}#{suffix}#{slot}"
+
+    def item_assignments(self, item: str) -> str:
+        """The prefix of every assignment of `item`."""
+        return f"{self.assignments}{item}#"
+
+    def parse(self, key: str) -> ItemKey | MemberKey | AssignmentKey:
+        """Which kind of key this is, and its parts."""
+        if key.startswith(self.items) and len(key) > len(self.items):
+            return ItemKey(key[len(self.items):])
+        if key.startswith(self.members):
+            parts = key[len(self.members):].split("#")
+            if len(parts) == 2 and all(parts):
+                return MemberKey(parts[0], parts[1])
+        if key.startswith(self.assignments):
+            parts = key[len(self.assignments):].split("#")
+            if len(parts) == 4 and all(parts[:3]) and parts[3].isdigit():
+                return AssignmentKey(parts[0], parts[1], parts[2], int(parts[3]))
+        raise ValidationError("key", f"{key!r} is not an item, member or assignment key "
+                              f"under {self.root}")

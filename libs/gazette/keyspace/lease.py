@@ -1,0 +1,117 @@
+"""etcd leases kept alive by a loop, with notice when the lease is lost.
+
+A member's spec and its assignments live under its lease: while the process is alive the
+keys stay, and when it dies they expire. A process must stop acting as a member the
+moment its lease is gone (`lost` is set), since others may already have taken its work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import TracebackType
+
+import grpc
+
+from gazette.keyspace.etcd import Etcd, EtcdError, iterate_stream
+
+log = logging.getLogger(__name__)
+
+MIN_TTL = 2
+
+
+class LeaseLost(EtcdError):
+    """The lease expired or was revoked; keys under it are gone."""
+
+
+class Lease:
+    """A granted lease. Use ``async with await Lease.grant(etcd, ttl) as lease``, or run
+    `keep_alive()` as a task of your own."""
+
+    def __init__(self, etcd: Etcd, lease_id: int, ttl: int) -> None:
+        self.etcd = etcd
+        self.id = lease_id
+        self.ttl = ttl
+        #: Set when the lease is known gone (expired, revoked, or not refreshed in time).
+        self.lost = asyncio.Event()
+        self._expires_at = time.monotonic() + ttl
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def grant(cls, etcd: Etcd, ttl: int) -> Lease:
+        if ttl < MIN_TTL:
+            raise ValueError(f"lease TTL must be at least {MIN_TTL}s, got {ttl}")
+        lease_id, granted = await etcd.lease_grant(ttl)
+        return cls(etcd, lease_id, granted)
+
+    @property
+    def remaining(self) -> float:
+        """Seconds until the lease expires unless refreshed, as far as we know."""
+        return self._expires_at - time.monotonic()
+
+    async def keep_alive(self) -> None:
+        """Refresh every TTL/3 until cancelled; sets `lost` and raises `LeaseLost` when
+        etcd says the lease is gone or it could not be refreshed before expiring."""
+        interval = max(self.ttl / 3, 0.5)
+        while not self.lost.is_set():
+            try:
+                await self._keep_alive_stream(interval)
+            except (grpc.aio.AioRpcError, EtcdError) as exc:
+                if isinstance(exc, LeaseLost):
+                    raise
+                if self.remaining <= 0:
+                    self._mark_lost("not refreshed before its TTL ran out")
+                    raise LeaseLost(f"lease {self.id:x} expired while etcd was unreachable") \
+                        from exc
+                log.warning("lease %x keepalive failed (%s); %.1fs left", self.id, exc,
+                            self.remaining)
+                await asyncio.sleep(min(0.5, max(self.remaining, 0.05)))
+        raise LeaseLost(f"lease {self.id:x} is lost")
+
+    async def _keep_alive_stream(self, interval: float) -> None:
+        call = self.etcd.lease_keepalive_stream()
+        try:
+            responses = iterate_stream(call)
+            while True:
+                sent_at = time.monotonic()
+                await call.write(Etcd.lease_keepalive_request(self.id))
+                resp = await asyncio.wait_for(anext(responses), timeout=max(self.remaining, 0.1))
+                if resp.TTL <= 0:
+                    self._mark_lost("etcd reports it expired or revoked")
+                    raise LeaseLost(f"lease {self.id:x} expired or was revoked")
+                self._expires_at = sent_at + resp.TTL
+                await asyncio.sleep(interval)
+        except (StopAsyncIteration, TimeoutError):
+            raise EtcdError("keepalive stream ended") from None
+        finally:
+            call.cancel()
+
+    def _mark_lost(self, why: str) -> None:
+        if not self.lost.is_set():
+            log.error("lease %x lost: %s", self.id, why)
+            self.lost.set()
+
+    async def revoke(self) -> None:
+        """Give the lease up now, deleting its keys."""
+        with contextlib.suppress(EtcdError):
+            await self.etcd.lease_revoke(self.id)
+        self._mark_lost("revoked by us")
+
+    async def __aenter__(self) -> Lease:
+        self._task = asyncio.create_task(self._run(), name=f"lease-keepalive:{self.id:x}")
+        return self
+
+    async def _run(self) -> None:
+        with contextlib.suppress(LeaseLost):
+            await self.keep_alive()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if not self.lost.is_set():
+            await self.revoke()

@@ -1,0 +1,76 @@
+"""Member specs: what a broker or consumer process advertises about itself in etcd."""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from gazette import names
+from gazette.errors import ValidationError
+from gazette.protocol.fields import FieldReader, build, check_range
+
+ZONE_SYMBOLS = "-_."
+MAX_ITEM_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ProcessId:
+    """A process: its failure zone and a suffix unique within the zone."""
+
+    zone: str
+    suffix: str
+
+    def __post_init__(self) -> None:
+        names.validate_token(self.zone, "zone", ZONE_SYMBOLS, 1, 64)
+        names.validate_token(self.suffix, "suffix", ZONE_SYMBOLS, 1, 128)
+
+    def __str__(self) -> str:
+        return f"{self.zone}#{self.suffix}"
+
+
+def validate_endpoint(value: object, field: str = "endpoint") -> str:
+    """Where a member serves gRPC and HTTP: ``http://host:port`` or ``https://...``."""
+    if not isinstance(value, str):
+        raise ValidationError(field, f"expected a URL string, got {type(value).__name__}")
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise ValidationError(field, f"{value!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise ValidationError(field, f"{value!r} must look like http://host:port")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValidationError(field, f"{value!r} must have no path, query or fragment")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSpec:
+    """A broker or consumer process; `item_limit` caps journals or shards it takes
+    (0 asks for none, as a draining member does)."""
+
+    id: ProcessId
+    endpoint: str
+    item_limit: int = 1024
+
+    def __post_init__(self) -> None:
+        validate_endpoint(self.endpoint)
+        check_range(self.item_limit, "item_limit", 0, MAX_ITEM_LIMIT)
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "") -> MemberSpec:
+        r = FieldReader(data, field)
+        zone, suffix = r.string("zone"), r.string("suffix")
+        try:
+            pid = ProcessId(zone, suffix)
+        except ValidationError as err:
+            raise err.within(field) from None
+        values = {"id": pid, "endpoint": r.string("endpoint"),
+                  "item_limit": r.integer("item_limit", 1024, 0, MAX_ITEM_LIMIT)}
+        r.done()
+        return build(cls, field, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"zone": self.id.zone, "suffix": self.id.suffix, "endpoint": self.endpoint,
+                "item_limit": self.item_limit}
