@@ -24,12 +24,14 @@ demo: $(STAMP)
 
 ## Lint, type-check and run the whole test suite.
 test: $(STAMP) lint
+	@scripts/ensure-system-deps.sh
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 integration: $(STAMP)
+	@scripts/ensure-system-deps.sh
 	$(BIN)/python -m pytest -q tests/integration
 
 lint: $(STAMP)

@@ -6,6 +6,8 @@ small alphabet. Every check raises `ValidationError` naming the field and the re
 
 from __future__ import annotations
 
+import functools
+import re
 import string
 
 from gazette.errors import ValidationError
@@ -32,6 +34,11 @@ def _describe(ch: str) -> str:
     return repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}"
 
 
+@functools.cache
+def _token_pattern(symbols: str) -> re.Pattern[str]:
+    return re.compile(f"[A-Za-z0-9{re.escape(symbols)}]*")
+
+
 def validate_token(value: object, field: str, symbols: str, min_len: int, max_len: int) -> str:
     """Check that `value` is a string of letters, digits and `symbols` of bounded length."""
     if not isinstance(value, str):
@@ -41,6 +48,8 @@ def validate_token(value: object, field: str, symbols: str, min_len: int, max_le
         raise ValidationError(field, f"{value!r} {what}" if value else what)
     if len(value) > max_len:
         raise ValidationError(field, f"is longer than {max_len} characters ({len(value)})")
+    if _token_pattern(symbols).fullmatch(value):
+        return value
     allowed = _ALNUM.union(symbols)
     for i, ch in enumerate(value):
         if ch not in allowed:

@@ -63,9 +63,9 @@ def test_server_runs_as_non_root(pg_server: PgServer) -> None:
         data_dir, backend_pid = conn.execute(
             "SELECT current_setting('data_directory'), pg_backend_pid()"
         ).fetchone()  # type: ignore[misc]
+        backend_uid = _proc_uid(backend_pid)  # while connected: the backend exits after
     assert Path(data_dir) == pg_server.data_dir
     owner = os.stat(data_dir).st_uid
-    backend_uid = _proc_uid(backend_pid)
     postmaster_uid = _proc_uid(pg_server.pid)
     assert backend_uid == postmaster_uid == owner
     if os.geteuid() == 0:

@@ -122,7 +122,7 @@ def test_env_for_subprocess(s3_bucket: S3Bucket) -> None:
 def test_restartable_stop_start_keeps_data(s3_server_restartable: S3Server) -> None:
     server = s3_server_restartable
     bucket = server.new_bucket()
-    client = server.client(Config(retries={"max_attempts": 1}, connect_timeout=1))
+    client = server.client(Config(retries={"total_max_attempts": 1}, connect_timeout=1))
     try:
         client.put_object(
             Bucket=bucket.name, Key="frag", Body=b"durable", ContentType="application/x-gz",
@@ -158,7 +158,7 @@ def test_restartable_pause_hangs_requests(s3_server_restartable: S3Server) -> No
     server = s3_server_restartable
     bucket = server.new_bucket()
     client = server.client(
-        Config(retries={"max_attempts": 1}, connect_timeout=0.5, read_timeout=0.5)
+        Config(retries={"total_max_attempts": 1}, connect_timeout=0.5, read_timeout=0.5)
     )
     try:
         server.pause()

@@ -88,16 +88,16 @@ class Lease:
         finally:
             call.cancel()
 
-    def _mark_lost(self, why: str) -> None:
+    def _mark_lost(self, why: str, level: int = logging.ERROR) -> None:
         if not self.lost.is_set():
-            log.error("lease %x lost: %s", self.id, why)
+            log.log(level, "lease %x lost: %s", self.id, why)
             self.lost.set()
 
     async def revoke(self) -> None:
         """Give the lease up now, deleting its keys."""
         with contextlib.suppress(EtcdError):
             await self.etcd.lease_revoke(self.id)
-        self._mark_lost("revoked by us")
+        self._mark_lost("revoked by us", logging.INFO)
 
     async def __aenter__(self) -> Lease:
         self._task = asyncio.create_task(self._run(), name=f"lease-keepalive:{self.id:x}")

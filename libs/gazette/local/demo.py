@@ -4,7 +4,6 @@ applied to it, and the cluster's state shown back. (`make demo`)"""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import signal
 import sys
@@ -70,9 +69,9 @@ TUTORIAL_SELECTORS = (
 )
 
 
-async def run_demo(etcd_endpoint: str, out: TextIO) -> None:
+async def run_demo(etcd_endpoint: str, out: TextIO, layout: Layout | None = None) -> None:
     """Apply the tutorial journals to the cluster at `etcd_endpoint` and show its state."""
-    layout = Layout.brokers()
+    layout = layout or Layout.brokers()
     async with Etcd(etcd_endpoint) as etcd:
         keyspace: KeySpace[object] = KeySpace(etcd, layout.root + "/", Decoder(layout))
         async with keyspace:

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# System packages the test suite needs beyond PyPI: PostgreSQL's server binaries (for the
+# SQL store and events tests). Installs them with apt when missing and we are root;
+# otherwise says what to install. Fast (a few file checks) when everything is present.
+set -euo pipefail
+
+have_pg() {
+  [ -n "${PG_BIN:-}" ] && [ -x "$PG_BIN/initdb" ] && return 0
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && return 0
+  command -v initdb >/dev/null
+}
+
+if ! have_pg; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing PostgreSQL server binaries (apt-get install postgresql)..."
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "PostgreSQL server binaries (initdb) not found: install the 'postgresql' package" \
+         "or set PG_BIN to the folder holding initdb and postgres." >&2
+    exit 1
+  fi
+fi
