@@ -7,6 +7,8 @@ why, so a user can fix their input without reading our code.
 
 from __future__ import annotations
 
+import reprlib
+
 
 class GazetteError(Exception):
     """Base of the errors this library raises on purpose."""
@@ -33,3 +35,21 @@ class ValidationError(GazetteError, ValueError):
         err = ValidationError(field, self.reason)
         err.__cause__ = self.__cause__
         return err
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 200
+_REPR.maxlevel = 3
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdict = 8
+
+
+def short_repr(value: object) -> str:
+    """`repr` of untrusted input for an error message: bounded in length and depth, and
+    safe for any value (plain `repr` fails on deep nesting and on ints of over 4300
+    digits, and may be megabytes long)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"<{value.bit_length()}-bit integer>"
+    try:
+        return _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still described
+        return f"<{type(value).__name__}>"

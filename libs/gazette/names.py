@@ -10,7 +10,7 @@ import functools
 import re
 import string
 
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 
 _ALNUM = frozenset(string.ascii_letters + string.digits)
 
@@ -91,10 +91,12 @@ def validate_shard_id(value: object, field: str = "id") -> str:
 def validate_prefix(value: object, field: str = "prefix") -> str:
     """A name prefix that groups journals or shards: a path ending in ``/``
     (``foobar/``), or the empty prefix that groups everything."""
+    if not isinstance(value, str):
+        raise ValidationError(field, f"expected a string, got {type(value).__name__}")
     if value == "":
         return ""
-    if not isinstance(value, str) or not value.endswith("/"):
-        raise ValidationError(field, f"{value!r} must end with '/'")
+    if not value.endswith("/"):
+        raise ValidationError(field, f"{short_repr(value)} must end with '/'")
     validate_path(value[:-1], field, 1, MAX_JOURNAL_NAME_LEN - 1)
     return value
 
@@ -116,7 +118,9 @@ def validate_label_value(value: object, field: str = "value") -> str:
 
 def validate_etcd_prefix(value: object, field: str = "etcd_prefix") -> str:
     """An etcd key prefix such as ``/gazette/cluster``: absolute, no trailing ``/``."""
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise ValidationError(field, f"{value!r} must begin with '/'")
+    if not isinstance(value, str):
+        raise ValidationError(field, f"expected a string, got {type(value).__name__}")
+    if not value.startswith("/"):
+        raise ValidationError(field, f"{short_repr(value)} must begin with '/'")
     validate_path(value[1:], field, 1, 512)
     return value

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gazette.keyspace import Etcd, Event, KeySpace, KeyValue, Lease, LeaseLost, Txn, TxnConflict
 from tests.fixtures.etcd import EtcdServer
@@ -141,6 +142,10 @@ async def test_watch_survives_etcd_restart_and_misses_no_event(
             assert ks.watch_restarts >= 1
         assert rec.changes == expected
         assert len(ks) == 25
+        labels = {"prefix": etcd_prefix}
+        assert REGISTRY.get_sample_value("gazette_keyspace_watch_restarts_total", labels) >= 1
+        assert REGISTRY.get_sample_value("gazette_keyspace_keys", labels) == 25
+        assert REGISTRY.get_sample_value("gazette_keyspace_revision", labels) == ks.revision
 
 
 async def test_wait_for_revision_outside_the_prefix(etcd: Etcd, etcd_prefix: str) -> None:
@@ -166,6 +171,8 @@ async def test_keys_that_do_not_decode_are_skipped(etcd: Etcd, etcd_prefix: str)
         await ks.wait_for_revision(rev, timeout=DEADLINE)
         entry = ks.get(f"{etcd_prefix}/bad")
         assert entry is not None and entry.value == "repaired"
+        assert REGISTRY.get_sample_value("gazette_keyspace_decode_errors_total",
+                                         {"prefix": etcd_prefix}) == 2
 
 
 async def test_watch_reloads_after_compaction(etcd: Etcd, etcd_prefix: str) -> None:

@@ -7,6 +7,7 @@ revision, paged range reads pinned to one revision, and watch progress requests.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,11 @@ DEFAULT_TIMEOUT = 10.0
 
 class EtcdError(GazetteError):
     """etcd could not be reached or refused a request."""
+
+
+#: What a broken etcd stream raises: an RPC error, or (writing to a call that already
+#: ended) InvalidStateError. Loops that re-open streams retry on these.
+STREAM_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, EtcdError)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,16 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import grpc
+from prometheus_client import Counter, Gauge
 
-from gazette.keyspace.etcd import Etcd, EtcdError, Event, KeyValue, iterate_stream
+from gazette.keyspace.etcd import (
+    STREAM_ERRORS,
+    Etcd,
+    EtcdError,
+    Event,
+    KeyValue,
+    iterate_stream,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,20 @@ V = TypeVar("V")
 RETRY_INITIAL, RETRY_MAX = 0.1, 2.0
 #: While someone waits for a revision, ask etcd for watch progress this often.
 PROGRESS_REQUEST_INTERVAL = 0.5
+
+
+KEYSPACE_REVISION = Gauge(
+    "gazette_keyspace_revision", "etcd revision a keyspace mirror reflects", ["prefix"])
+KEYSPACE_KEYS = Gauge("gazette_keyspace_keys", "Keys held by a keyspace mirror", ["prefix"])
+KEYSPACE_WATCH_RESTARTS = Counter(
+    "gazette_keyspace_watch_restarts_total", "Watches of a keyspace re-created after failure",
+    ["prefix"])
+KEYSPACE_DECODE_ERRORS = Counter(
+    "gazette_keyspace_decode_errors_total", "Values a keyspace skipped as undecodable",
+    ["prefix"])
+KEYSPACE_RELOADS = Counter(
+    "gazette_keyspace_reloads_total", "Full reloads of a keyspace (start and compactions)",
+    ["prefix"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +136,7 @@ class KeySpace(Generic[V]):
     async def load(self) -> None:
         """Replace the mirror with the prefix as of now (one range read)."""
         result = await self.etcd.get_prefix(self.prefix)
+        KEYSPACE_RELOADS.labels(self.prefix).inc()
         old = self._entries
         self._entries, self._keys, self._undecodable = {}, [], set()
         for kv in result.kvs:
@@ -132,11 +155,12 @@ class KeySpace(Generic[V]):
             try:
                 async for _ in self._watch_stream():
                     delay = RETRY_INITIAL
-            except (grpc.aio.AioRpcError, EtcdError) as exc:
-                detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            except STREAM_ERRORS as exc:
+                detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else repr(exc)
                 log.warning("watch of %s broke at revision %d (%s); resuming in %.1fs",
                             self.prefix, self.revision, detail, delay)
-            self.watch_restarts += 1
+                self.watch_restarts += 1
+            KEYSPACE_WATCH_RESTARTS.labels(self.prefix).inc()
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX)
 
@@ -217,6 +241,7 @@ class KeySpace(Generic[V]):
             value = self.decode(kv)
         except Exception as exc:  # noqa: BLE001 - any bad value is skipped, not fatal
             self.decode_errors += 1
+            KEYSPACE_DECODE_ERRORS.labels(self.prefix).inc()
             log.warning("skipping %s at revision %d: cannot decode: %s",
                         kv.key, kv.mod_revision, exc)
             self._remove(kv.key)
@@ -236,6 +261,8 @@ class KeySpace(Generic[V]):
         if revision < self.revision:
             return
         self.revision = revision
+        KEYSPACE_REVISION.labels(self.prefix).set(revision)
+        KEYSPACE_KEYS.labels(self.prefix).set(len(self._entries))
         for observer in list(self._observers):
             try:
                 observer(revision, events)

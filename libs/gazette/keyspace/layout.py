@@ -82,16 +82,46 @@ class Layout:
         return f"{self.assignments}{item}#"
 
     def parse(self, key: str) -> ItemKey | MemberKey | AssignmentKey:
-        """Which kind of key this is, and its parts."""
-        if key.startswith(self.items) and len(key) > len(self.items):
-            return ItemKey(key[len(self.items):])
-        if key.startswith(self.members):
-            parts = key[len(self.members):].split("#")
-            if len(parts) == 2 and all(parts):
-                return MemberKey(parts[0], parts[1])
-        if key.startswith(self.assignments):
-            parts = key[len(self.assignments):].split("#")
-            if len(parts) == 4 and all(parts[:3]) and parts[3].isdigit():
-                return AssignmentKey(parts[0], parts[1], parts[2], int(parts[3]))
+        """Which kind of key this is, and its parts (each checked, so that a parsed key
+        always formats back to `key`)."""
+        if not isinstance(key, str):
+            raise ValidationError("key", f"expected a string, got {type(key).__name__}")
+        try:
+            if key.startswith(self.items) and len(key) > len(self.items):
+                return ItemKey(_item(key[len(self.items):]))
+            if key.startswith(self.members):
+                parts = key[len(self.members):].split("#")
+                if len(parts) == 2:
+                    return MemberKey(_zone(parts[0]), _suffix(parts[1]))
+            if key.startswith(self.assignments):
+                parts = key[len(self.assignments):].split("#")
+                if len(parts) == 4 and _is_slot(parts[3]):
+                    return AssignmentKey(_item(parts[0]), _zone(parts[1]), _suffix(parts[2]),
+                                         int(parts[3]))
+        except ValidationError as err:
+            raise ValidationError("key", f"{key!r}: {err.reason}") from None
         raise ValidationError("key", f"{key!r} is not an item, member or assignment key "
                               f"under {self.root}")
+
+
+# Parts of keys follow the rules of what they name (see `gazette.protocol.member_spec`,
+# whose zone and suffix rules are repeated here to keep this module free of it).
+_ZONE_SYMBOLS = "-_."
+
+
+def _item(name: str) -> str:
+    return names.validate_path(name, "item", names.MIN_SHARD_ID_LEN, names.MAX_JOURNAL_NAME_LEN)
+
+
+def _zone(zone: str) -> str:
+    return names.validate_token(zone, "zone", _ZONE_SYMBOLS, 1, 64)
+
+
+def _suffix(suffix: str) -> str:
+    return names.validate_token(suffix, "suffix", _ZONE_SYMBOLS, 1, 128)
+
+
+def _is_slot(text: str) -> bool:
+    """A slot in canonical decimal: ASCII digits (``str.isdigit`` also takes ``²``, which
+    ``int`` rejects) without leading zeros."""
+    return text.isascii() and text.isdigit() and (text == "0" or not text.startswith("0"))

@@ -13,13 +13,16 @@ import logging
 import time
 from types import TracebackType
 
-import grpc
+from prometheus_client import Counter
 
-from gazette.keyspace.etcd import Etcd, EtcdError, iterate_stream
+from gazette.keyspace.etcd import STREAM_ERRORS, Etcd, EtcdError, iterate_stream
 
 log = logging.getLogger(__name__)
 
 MIN_TTL = 2
+
+LEASES_LOST = Counter("gazette_leases_lost_total",
+                      "Leases found expired or revoked by someone else, or not refreshed in time")
 
 
 class LeaseLost(EtcdError):
@@ -58,7 +61,7 @@ class Lease:
         while not self.lost.is_set():
             try:
                 await self._keep_alive_stream(interval)
-            except (grpc.aio.AioRpcError, EtcdError) as exc:
+            except STREAM_ERRORS as exc:
                 if isinstance(exc, LeaseLost):
                     raise
                 if self.remaining <= 0:
@@ -91,6 +94,8 @@ class Lease:
     def _mark_lost(self, why: str, level: int = logging.ERROR) -> None:
         if not self.lost.is_set():
             log.log(level, "lease %x lost: %s", self.id, why)
+            if level >= logging.ERROR:
+                LEASES_LOST.inc()
             self.lost.set()
 
     async def revoke(self) -> None:

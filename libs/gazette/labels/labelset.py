@@ -283,8 +283,7 @@ def journal_labels(name: str, labels: LabelSet = EMPTY) -> LabelSet:
     is what selectors (``gazctl journals list -l ...``) are matched against.
 
     Implicit labels are authoritative: any ``name``/``prefix`` in `labels` is dropped.
-    Their values are not checked as label values, since journal names may hold ``=``,
-    which label values may not.
+    Journal names keep to label value characters, so the values need no second check.
     """
     validate_journal_name(name, "name")
     user = (lb for lb in labels if lb.name not in RESERVED_JOURNAL_LABELS)

@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from gazette.errors import GazetteError
 
@@ -65,16 +66,18 @@ class Process:
     def start(self) -> None:
         if self.popen is not None and self.popen.poll() is None:
             raise ComponentError(f"{self.name} is already running (pid {self.popen.pid})")
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.popen = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env, cwd=self.cwd, start_new_session=True,
-            )
-        except OSError as exc:
-            raise ComponentError(f"{self.name}: cannot run {self.argv[0]}: {exc}") from exc
-        finally:
-            log.close()
+        with open(self.log_path, "ab") as log:
+            try:
+                self.popen = subprocess.Popen(
+                    self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.env, cwd=self.cwd, start_new_session=True, **self.popen_kwargs(),
+                )
+            except OSError as exc:
+                raise ComponentError(f"{self.name}: cannot run {self.argv[0]}: {exc}") from exc
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """Extra `subprocess.Popen` arguments (e.g. ``user=``) for subclasses."""
+        return {}
 
     def running(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -99,12 +102,16 @@ class Process:
             f"log {self.log_path}:\n{log_tail(self.log_path)}"
         )
 
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
-        """Signal the process group and wait; SIGKILL it if it lingers."""
+    #: The signal asking the process to shut down gracefully.
+    stop_signal: int = signal.SIGTERM
+
+    def stop(self, timeout: float = 10.0, sig: int | None = None) -> None:
+        """Signal the process and wait; SIGKILL its group if it lingers."""
         if self.popen is None or self.popen.poll() is not None:
             return
+        sig = self.stop_signal if sig is None else sig
         try:
-            os.killpg(self.popen.pid, sig)
+            self.send_signal(sig)
         except ProcessLookupError:
             return
         try:
@@ -112,6 +119,15 @@ class Process:
         except subprocess.TimeoutExpired:
             os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(timeout)
+        self.after_stop(sig)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the whole process group (children too); subclasses may narrow it."""
+        assert self.popen is not None
+        os.killpg(self.popen.pid, sig)
+
+    def after_stop(self, sig: int) -> None:
+        """Clean-up once the process has exited, for subclasses."""
 
     def kill(self) -> None:
         """Stop at once, as a crash would."""

@@ -172,7 +172,7 @@ class ShardSpec(_message.Message):
     """
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShardSpec.Source]:
-        """Journals read by the shard, sorted by journal name."""
+        """Journals read by the shard, each at most once."""
 
     @_builtins.property
     def max_txn_duration(self) -> _duration_pb2.Duration:

@@ -25,7 +25,12 @@ from gazette.protocol.journal_spec import (
     SuspendLevel,
 )
 from gazette.protocol.member_spec import MemberSpec, ProcessId
-from gazette.protocol.shard_spec import ShardSource, ShardSpec
+from gazette.protocol.shard_spec import (
+    DEFAULT_READ_CHANNEL_SIZE,
+    DEFAULT_RING_BUFFER_SIZE,
+    ShardSource,
+    ShardSpec,
+)
 
 _CODEC_TO_PB = {c: bpb.CompressionCodec.Value(c.value) for c in CompressionCodec}
 _CODEC_FROM_PB = {v: k for k, v in _CODEC_TO_PB.items()}
@@ -155,8 +160,9 @@ def shard_spec_from_pb(msg: cpb.ShardSpec) -> ShardSpec:
         hot_standbys=msg.hot_standbys,
         labels=labels_from_pb(msg.labels),
         disable_wait_for_ack=msg.disable_wait_for_ack,
-        ring_buffer_size=msg.ring_buffer_size,
-        read_channel_size=msg.read_channel_size,
+        # "Zero means the default" (consumer.proto): what proto3 gives when they are unset.
+        ring_buffer_size=msg.ring_buffer_size or DEFAULT_RING_BUFFER_SIZE,
+        read_channel_size=msg.read_channel_size or DEFAULT_READ_CHANNEL_SIZE,
     )
 
 
@@ -165,9 +171,16 @@ def _process_spec_to_pb(spec: MemberSpec) -> bpb.ProcessSpec:
                            endpoint=spec.endpoint)
 
 
-def _member_from_pb(ps: bpb.ProcessSpec, limit: int, field: str) -> MemberSpec:
+def _member_from_pb(ps: bpb.ProcessSpec, limit: int, field: str,
+                    limit_field: str) -> MemberSpec:
     pid = build(ProcessId, f"{field}.id", zone=ps.id.zone, suffix=ps.id.suffix)
-    return build(MemberSpec, "", id=pid, endpoint=ps.endpoint, item_limit=limit)
+    try:
+        return MemberSpec(id=pid, endpoint=ps.endpoint, item_limit=limit)
+    except ValidationError as err:
+        # Name the message's fields, not the dataclass's.
+        raise ValidationError(
+            limit_field if err.field == "item_limit" else f"{field}.{err.field}", err.reason
+        ) from None
 
 
 def broker_spec_to_pb(spec: MemberSpec) -> bpb.BrokerSpec:
@@ -175,7 +188,7 @@ def broker_spec_to_pb(spec: MemberSpec) -> bpb.BrokerSpec:
 
 
 def broker_spec_from_pb(msg: bpb.BrokerSpec) -> MemberSpec:
-    return _member_from_pb(msg.process_spec, msg.journal_limit, "process_spec")
+    return _member_from_pb(msg.process_spec, msg.journal_limit, "process_spec", "journal_limit")
 
 
 def consumer_spec_to_pb(spec: MemberSpec) -> cpb.ConsumerSpec:
@@ -183,4 +196,4 @@ def consumer_spec_to_pb(spec: MemberSpec) -> cpb.ConsumerSpec:
 
 
 def consumer_spec_from_pb(msg: cpb.ConsumerSpec) -> MemberSpec:
-    return _member_from_pb(msg.process_spec, msg.shard_limit, "process_spec")
+    return _member_from_pb(msg.process_spec, msg.shard_limit, "process_spec", "shard_limit")

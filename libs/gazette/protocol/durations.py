@@ -10,7 +10,7 @@ import math
 import re
 from datetime import timedelta
 
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 
 _UNITS_US = {
     "h": 3_600_000_000,
@@ -20,7 +20,8 @@ _UNITS_US = {
     "us": 1,
     "µs": 1,
 }
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|us|µs|m|s)")
+#: ASCII digits only: ``\d`` would also take the digits of other scripts.
+_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|us|µs|m|s)")
 #: Longest duration we accept: larger values are surely mistakes (and overflow timedelta).
 MAX_DURATION = timedelta(days=365 * 100)
 
@@ -30,12 +31,13 @@ def parse_duration(value: object, field: str) -> timedelta:
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, bool):
-        raise ValidationError(field, f"expected a duration like '1m0s', got {value!r}")
+        raise ValidationError(field, f"expected a duration like '1m0s', got {short_repr(value)}")
     elif isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise ValidationError(field, f"expected a finite duration, got {value!r}")
+        # Not math.isfinite(int): it converts to float, and overflows past 1e308.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(field, f"expected a finite duration, got {short_repr(value)}")
         if abs(value) > MAX_DURATION.total_seconds():
-            raise ValidationError(field, f"{value!r} seconds is longer than 100 years")
+            raise ValidationError(field, f"{short_repr(value)} seconds is longer than 100 years")
         result = timedelta(seconds=value)
     elif isinstance(value, str):
         result = _parse_text(value, field)
@@ -45,6 +47,8 @@ def parse_duration(value: object, field: str) -> timedelta:
         )
     if result < timedelta(0):
         raise ValidationError(field, f"must not be negative, got {format_duration(result)}")
+    if result > MAX_DURATION:
+        raise ValidationError(field, f"{format_duration(result)} is longer than 100 years")
     return result
 
 
@@ -56,21 +60,23 @@ def _parse_text(text: str, field: str) -> timedelta:
         return timedelta(0)
     negative = s.startswith("-")
     body = s[1:] if negative or s.startswith("+") else s
+    if body == "0":  # as Go's time.ParseDuration: "-0" and "+0" are zero too
+        return timedelta(0)
     pos, micros = 0, 0.0
     while pos < len(body):
         m = _PART.match(body, pos)
         if m is None:
             raise ValidationError(
                 field,
-                f"{text!r} is not a duration (use numbers with units h, m, s, ms, us, "
+                f"{short_repr(text)} is not a duration (use numbers with units h, m, s, ms, us, "
                 f"e.g. '1m30s')",
             )
         micros += float(m.group(1)) * _UNITS_US[m.group(2)]
         pos = m.end()
     if pos == 0:
-        raise ValidationError(field, f"{text!r} is not a duration")
+        raise ValidationError(field, f"{short_repr(text)} is not a duration")
     if micros > MAX_DURATION / timedelta(microseconds=1):
-        raise ValidationError(field, f"{text!r} is longer than 100 years")
+        raise ValidationError(field, f"{short_repr(text)} is longer than 100 years")
     result = timedelta(microseconds=round(micros))
     return -result if negative else result
 

@@ -10,10 +10,14 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from gazette.errors import ValidationError
-from gazette.protocol.durations import parse_duration
+from gazette.errors import ValidationError, short_repr
+from gazette.protocol.durations import MAX_DURATION, format_duration, parse_duration
 
 T = TypeVar("T")
+
+#: Largest value of a protobuf ``int64`` field (offsets, rates): the bound of any count
+#: that has no smaller natural one, so every valid spec can be encoded.
+INT64_MAX = (1 << 63) - 1
 
 _MISSING: Any = object()
 
@@ -34,7 +38,7 @@ class FieldReader:
             raise ValidationError(field, f"expected a mapping, got {type_name(data)}")
         for key in data:
             if not isinstance(key, str):
-                raise ValidationError(field, f"keys must be strings, got {key!r}")
+                raise ValidationError(field, f"keys must be strings, got {short_repr(key)}")
         self._data: Mapping[str, Any] = data
         self._field = field
         self._seen: set[str] = set()
@@ -66,7 +70,7 @@ class FieldReader:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(
-                self.field(key), f"expected an integer, got {type_name(value)} {value!r}"
+                self.field(key), f"expected an integer, got {type_name(value)} {short_repr(value)}"
             )
         check_range(value, self.field(key), lo, hi, unit)
         return value
@@ -75,7 +79,8 @@ class FieldReader:
         value = self.raw(key, default)
         if not isinstance(value, bool):
             raise ValidationError(
-                self.field(key), f"expected true or false, got {type_name(value)} {value!r}"
+                self.field(key),
+                f"expected true or false, got {type_name(value)} {short_repr(value)}",
             )
         return value
 
@@ -86,23 +91,30 @@ class FieldReader:
         unknown = sorted(set(self._data) - self._seen)
         if unknown:
             raise ValidationError(
-                self.field(unknown[0]),
+                self.field(unknown[0] or '""'),  # an empty key still needs a visible name
                 f"unknown field (known: {', '.join(sorted(self._seen))})",
             )
 
 
 def check_range(value: int, field: str, lo: int | None, hi: int | None, unit: str = "") -> None:
+    """`value` is an integer (not a bool) within [`lo`, `hi`]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(
+            field, f"expected an integer, got {type_name(value)} {short_repr(value)}")
     suffix = f" {unit}" if unit else ""
     if lo is not None and value < lo:
-        raise ValidationError(field, f"must be at least {lo}{suffix}, got {value}")
+        raise ValidationError(field, f"must be at least {lo}{suffix}, got {short_repr(value)}")
     if hi is not None and value > hi:
-        raise ValidationError(field, f"must be at most {hi}{suffix}, got {value}")
+        raise ValidationError(field, f"must be at most {hi}{suffix}, got {short_repr(value)}")
 
 
 def check_duration(value: timedelta, field: str, lo: timedelta | None = None,
                    hi: timedelta | None = None, zero_ok: bool = False) -> None:
-    from gazette.protocol.durations import format_duration
-
+    """`value` is a duration within [`lo`, `hi`] (`hi` is at most `MAX_DURATION`), or zero
+    if `zero_ok`."""
+    if not isinstance(value, timedelta):
+        raise ValidationError(field, f"expected a duration, got {type_name(value)}")
+    hi = MAX_DURATION if hi is None else min(hi, MAX_DURATION)
     if zero_ok and value == timedelta(0):
         return
     if lo is not None and value < lo:

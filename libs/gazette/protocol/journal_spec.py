@@ -14,10 +14,11 @@ from datetime import timedelta
 from typing import Any
 
 from gazette import names
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 from gazette.labels import RESERVED_JOURNAL_LABELS, LabelSet
 from gazette.protocol.durations import format_duration
 from gazette.protocol.fields import (
+    INT64_MAX,
     FieldReader,
     build,
     check_duration,
@@ -40,6 +41,8 @@ MAX_STORES = 8
 SINGLE_VALUE_LABELS = frozenset({"content-type", "app.gazette.dev/message-type"})
 
 STORE_SCHEMES = ("file", "s3")
+#: Characters of an S3 bucket name (ASCII only: ``str.islower`` would take ``ü``).
+_BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
 #: Query parameters an ``s3://`` store URL may carry.
 S3_STORE_PARAMS = frozenset({"endpoint", "region", "profile", "storage_class", "sse", "acl"})
 
@@ -64,7 +67,7 @@ class CompressionCodec(enum.StrEnum):
             except ValueError:
                 pass
         raise ValidationError(
-            field, f"unknown codec {value!r} (one of: {', '.join(c.value for c in cls)})"
+            field, f"unknown codec {short_repr(value)} (one of: {', '.join(c.value for c in cls)})"
         )
 
 
@@ -80,10 +83,12 @@ class JournalFlags(enum.IntFlag):
     def parse(cls, value: object, field: str) -> JournalFlags:
         """From a bitmask, a flag name (``O_RDONLY``) or a list of names."""
         if isinstance(value, bool):
-            raise ValidationError(field, f"expected flag names, got {value!r}")
+            raise ValidationError(field, f"expected flag names, got {short_repr(value)}")
         if isinstance(value, int):
-            if value < 0 or value & ~(cls.O_RDONLY | cls.O_WRONLY | cls.O_RDWR):
-                raise ValidationError(field, f"{value} is not a combination of known flags")
+            # A plain int mask: ``~`` of an IntFlag keeps only known bits (it is 0 here).
+            if value < 0 or value & ~int(cls.O_RDONLY | cls.O_WRONLY | cls.O_RDWR):
+                raise ValidationError(
+                    field, f"{short_repr(value)} is not a combination of known flags")
             flags = cls(value)
         else:
             items = [value] if isinstance(value, str) else value
@@ -95,7 +100,8 @@ class JournalFlags(enum.IntFlag):
                 if not isinstance(name, str) or name not in cls.__members__:
                     where = field if isinstance(value, str) else f"{field}[{i}]"
                     raise ValidationError(
-                        where, f"unknown flag {item!r} (one of: O_RDONLY, O_WRONLY, O_RDWR)"
+                        where,
+                        f"unknown flag {short_repr(item)} (one of: O_RDONLY, O_WRONLY, O_RDWR)",
                     )
                 flags |= cls[name]
         if flags & cls.O_RDWR and flags & (cls.O_RDONLY | cls.O_WRONLY):
@@ -130,7 +136,9 @@ class Suspend:
     offset: int = 0
 
     def __post_init__(self) -> None:
-        check_range(self.offset, "offset", 0, None)
+        if not isinstance(self.level, SuspendLevel):
+            raise ValidationError("level", f"expected a SuspendLevel, got {short_repr(self.level)}")
+        check_range(self.offset, "offset", 0, INT64_MAX)
 
     @classmethod
     def from_dict(cls, data: object, field: str = "suspend") -> Suspend:
@@ -138,9 +146,10 @@ class Suspend:
         level_raw = r.raw("level", "NONE")
         if not isinstance(level_raw, str) or level_raw.upper() not in SuspendLevel.__members__:
             raise ValidationError(
-                r.field("level"), f"unknown level {level_raw!r} (one of: NONE, PARTIAL, FULL)"
+                r.field("level"),
+                f"unknown level {short_repr(level_raw)} (one of: NONE, PARTIAL, FULL)",
             )
-        offset = r.integer("offset", 0, lo=0)
+        offset = r.integer("offset", 0, lo=0, hi=INT64_MAX)
         r.done()
         return cls(SuspendLevel(level_raw.upper()), offset)
 
@@ -153,51 +162,63 @@ def validate_store_url(url: object, field: str) -> str:
     ``s3://bucket/prefix/?endpoint=...``; the path must end with ``/``."""
     if not isinstance(url, str):
         raise ValidationError(field, f"expected a URL string, got {type(url).__name__}")
+    bad = next((ch for ch in url if ch.isspace() or not ch.isprintable()), None)
+    if bad is not None:
+        # urlsplit silently drops tabs and newlines: what we checked would not be what
+        # we store.
+        raise ValidationError(field, f"{short_repr(url)}: must not contain whitespace or control "
+                              f"characters (U+{ord(bad):04X})")
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError as exc:
-        raise ValidationError(field, f"{url!r} is not a URL: {exc}") from None
-    if parts.scheme not in STORE_SCHEMES:
+        raise ValidationError(field, f"{short_repr(url)} is not a URL: {exc}") from None
+    if parts.scheme not in STORE_SCHEMES or not url.startswith(parts.scheme + ":"):
         raise ValidationError(
-            field, f"{url!r}: scheme must be one of {', '.join(s + '://' for s in STORE_SCHEMES)}"
+            field, f"{short_repr(url)}: scheme must be one of "
+            f"{', '.join(s + '://' for s in STORE_SCHEMES)}"
         )
-    if parts.fragment:
-        raise ValidationError(field, f"{url!r}: must not have a #fragment")
+    if parts.fragment or "#" in url:
+        raise ValidationError(field, f"{short_repr(url)}: must not have a #fragment")
     if not parts.path.endswith("/"):
-        raise ValidationError(field, f"{url!r}: path must end with '/'")
-    if any(seg in (".", "..") for seg in parts.path.split("/")):
-        raise ValidationError(field, f"{url!r}: path must not contain '.' or '..'")
+        raise ValidationError(field, f"{short_repr(url)}: path must end with '/'")
+    if not parts.path.startswith("/"):
+        raise ValidationError(field, f"{short_repr(url)}: path must be absolute, as in file:///path/")
+    # Also percent-decoded: a store that unquotes its path must not climb out of its root.
+    segments = parts.path.split("/") + urllib.parse.unquote(parts.path).split("/")
+    if any(seg in (".", "..") for seg in segments):
+        raise ValidationError(field, f"{short_repr(url)}: path must not contain '.' or '..'")
     if "//" in parts.path:
-        raise ValidationError(field, f"{url!r}: path must not contain '//'")
+        raise ValidationError(field, f"{short_repr(url)}: path must not contain '//'")
     if parts.scheme == "file":
         if parts.netloc:
             raise ValidationError(
-                field, f"{url!r}: file stores have no host; write file:///path/ (three slashes)"
+                field, f"{short_repr(url)}: file stores have no host; "
+                "write file:///path/ (three slashes)"
             )
         if parts.query:
-            raise ValidationError(field, f"{url!r}: file stores take no query parameters")
+            raise ValidationError(field, f"{short_repr(url)}: file stores take no query parameters")
     else:
         bucket = parts.netloc
         if not (3 <= len(bucket) <= 63) or not all(
-            c.islower() or c.isdigit() or c in "-." for c in bucket
-        ) or not bucket[0].isalnum():
+            c in _BUCKET_CHARS for c in bucket
+        ) or not (bucket[0].isalnum() and bucket[-1].isalnum()):
             raise ValidationError(
-                field, f"{url!r}: {bucket!r} is not a valid S3 bucket name "
+                field, f"{short_repr(url)}: {bucket!r} is not a valid S3 bucket name "
                 "(3-63 lowercase letters, digits, '-' and '.')"
             )
         try:
             query = urllib.parse.parse_qs(parts.query, keep_blank_values=True,
                                           strict_parsing=bool(parts.query))
         except ValueError:
-            raise ValidationError(field, f"{url!r}: malformed query string") from None
+            raise ValidationError(field, f"{short_repr(url)}: malformed query string") from None
         for key, values in query.items():
             if key not in S3_STORE_PARAMS:
                 raise ValidationError(
-                    field, f"{url!r}: unknown parameter {key!r} "
+                    field, f"{short_repr(url)}: unknown parameter {key!r} "
                     f"(known: {', '.join(sorted(S3_STORE_PARAMS))})"
                 )
             if len(values) != 1:
-                raise ValidationError(field, f"{url!r}: parameter {key!r} is repeated")
+                raise ValidationError(field, f"{short_repr(url)}: parameter {key!r} is repeated")
     return url
 
 
@@ -216,14 +237,15 @@ class FragmentSpec:
     def __post_init__(self) -> None:
         check_range(self.length, "length", MIN_FRAGMENT_LENGTH, MAX_FRAGMENT_LENGTH, "bytes")
         if not isinstance(self.compression_codec, CompressionCodec):
-            raise ValidationError("compression_codec", f"{self.compression_codec!r} is no codec")
+            raise ValidationError(
+                "compression_codec", f"{short_repr(self.compression_codec)} is no codec")
         if len(self.stores) > MAX_STORES:
             raise ValidationError("stores", f"at most {MAX_STORES} stores, got {len(self.stores)}")
         seen: set[str] = set()
         for i, url in enumerate(self.stores):
             validate_store_url(url, f"stores[{i}]")
             if url in seen:
-                raise ValidationError(f"stores[{i}]", f"{url!r} is listed twice")
+                raise ValidationError(f"stores[{i}]", f"{short_repr(url)} is listed twice")
             seen.add(url)
         check_duration(self.refresh_interval, "refresh_interval",
                        MIN_REFRESH_INTERVAL, MAX_REFRESH_INTERVAL)
@@ -285,15 +307,20 @@ def _validate_postfix_template(template: str) -> None:
         raise ValidationError(field, f"{template!r}: {exc}") from None
     literal = ""
     for text, name, spec, conv in parsed:
-        literal += text + "x"
+        literal += text
         if name is None:
             continue
+        literal += "x"  # what the placeholder expands to, for the path checks below
         if name not in POSTFIX_PLACEHOLDERS or spec or conv:
             raise ValidationError(
                 field, f"{template!r}: unknown placeholder {{{name}}} "
                 f"(known: {', '.join('{' + p + '}' for p in sorted(POSTFIX_PLACEHOLDERS))})"
             )
-    names.validate_path(literal, field, 1, 512, names.PATH_SYMBOLS + "=")
+    try:
+        names.validate_path(literal, field, 1, 512, names.PATH_SYMBOLS + "=")
+    except ValidationError as err:
+        raise ValidationError(
+            field, f"{template!r}, with placeholders read as 'x': {err.reason}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +339,15 @@ class JournalSpec:
         names.validate_journal_name(self.name, "name")
         check_range(self.replication, "replication", 1, MAX_REPLICATION)
         validate_spec_labels(self.labels, RESERVED_JOURNAL_LABELS)
-        check_range(self.max_append_rate, "max_append_rate", 0, None, "bytes per second")
+        if not isinstance(self.fragment, FragmentSpec):
+            raise ValidationError(
+                "fragment", f"expected a FragmentSpec, got {short_repr(self.fragment)}")
+        if not isinstance(self.flags, JournalFlags):
+            raise ValidationError("flags", f"expected JournalFlags, got {short_repr(self.flags)}")
+        JournalFlags.parse(int(self.flags), "flags")  # rejects invalid combinations
+        check_range(self.max_append_rate, "max_append_rate", 0, INT64_MAX, "bytes per second")
+        if self.suspend is not None and not isinstance(self.suspend, Suspend):
+            raise ValidationError("suspend", f"expected a Suspend, got {short_repr(self.suspend)}")
 
     @classmethod
     def from_dict(cls, data: object, field: str = "") -> JournalSpec:
@@ -326,11 +361,11 @@ class JournalSpec:
             labels=LabelSet.from_list(r.raw("labels", []), r.field("labels")),
             fragment=FragmentSpec.from_dict(r.raw("fragment", {}), r.field("fragment")),
             flags=JournalFlags.parse(r.raw("flags", 0), r.field("flags")),
-            max_append_rate=r.integer("max_append_rate", 0, lo=0),
-            suspend=Suspend.from_dict(r.raw("suspend"), r.field("suspend"))
-            if r.has("suspend") else None,
+            max_append_rate=r.integer("max_append_rate", 0, lo=0, hi=INT64_MAX),
+            suspend=Suspend.from_dict(suspend_raw, r.field("suspend"))
+            if (suspend_raw := r.raw("suspend", None)) is not None else None,
         )
-        r.raw("revision", 0)  # carried by YAML listings; the caller reads it
+        r.integer("revision", 0, lo=0)  # carried by YAML listings; the caller reads it
         r.done()
         return build(cls, field, **values)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gazette import names
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 from gazette.protocol.fields import FieldReader, build, check_range
 
 ZONE_SYMBOLS = "-_."
@@ -33,15 +33,22 @@ def validate_endpoint(value: object, field: str = "endpoint") -> str:
     """Where a member serves gRPC and HTTP: ``http://host:port`` or ``https://...``."""
     if not isinstance(value, str):
         raise ValidationError(field, f"expected a URL string, got {type(value).__name__}")
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        # urlsplit silently drops tabs and newlines: we would check another URL.
+        raise ValidationError(field, f"{short_repr(value)} must not contain whitespace or control "
+                              "characters")
     try:
         parts = urllib.parse.urlsplit(value)
         port = parts.port
     except ValueError as exc:
-        raise ValidationError(field, f"{value!r} is not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
-        raise ValidationError(field, f"{value!r} must look like http://host:port")
+        raise ValidationError(field, f"{short_repr(value)} is not a URL: {exc}") from None
+    if (parts.scheme not in ("http", "https") or not value.startswith(parts.scheme + "://")
+            or not parts.hostname or not port):
+        raise ValidationError(field, f"{short_repr(value)} must look like http://host:port")
+    if parts.username is not None or parts.password is not None:
+        raise ValidationError(field, f"{short_repr(value)} must not carry a user or password")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValidationError(field, f"{value!r} must have no path, query or fragment")
+        raise ValidationError(field, f"{short_repr(value)} must have no path, query or fragment")
     return value
 
 
@@ -55,6 +62,8 @@ class MemberSpec:
     item_limit: int = 1024
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, ProcessId):
+            raise ValidationError("id", f"expected a ProcessId, got {short_repr(self.id)}")
         validate_endpoint(self.endpoint)
         check_range(self.item_limit, "item_limit", 0, MAX_ITEM_LIMIT)
 

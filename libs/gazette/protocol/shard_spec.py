@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 from gazette import names
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 from gazette.labels import RESERVED_SHARD_LABELS, LabelSet
 from gazette.protocol.durations import format_duration
 from gazette.protocol.fields import (
+    INT64_MAX,
     FieldReader,
     build,
     check_duration,
@@ -37,14 +38,14 @@ class ShardSource:
 
     def __post_init__(self) -> None:
         names.validate_journal_name(self.journal, "journal")
-        check_range(self.min_offset, "min_offset", 0, None)
+        check_range(self.min_offset, "min_offset", 0, INT64_MAX)
 
     @classmethod
     def from_dict(cls, data: object, field: str) -> ShardSource:
         r = FieldReader(data, field)
         values = {
             "journal": names.validate_journal_name(r.raw("journal"), r.field("journal")),
-            "min_offset": r.integer("min_offset", 0, lo=0),
+            "min_offset": r.integer("min_offset", 0, lo=0, hi=INT64_MAX),
         }
         r.done()
         return build(cls, field, **values)
@@ -93,7 +94,14 @@ class ShardSpec:
             seen[source.journal] = i
         if self.recovery_log_prefix:
             names.validate_path(self.recovery_log_prefix, "recovery_log_prefix", 1,
-                                names.MAX_JOURNAL_NAME_LEN - len(self.id) - 1)
+                                names.MAX_JOURNAL_NAME_LEN)
+            log_name_len = len(self.recovery_log_prefix) + 1 + len(self.id)
+            if log_name_len > names.MAX_JOURNAL_NAME_LEN:
+                raise ValidationError(
+                    "recovery_log_prefix",
+                    f"the recovery log '<prefix>/<id>' would be {log_name_len} characters, "
+                    f"longer than a journal name may be ({names.MAX_JOURNAL_NAME_LEN})",
+                )
             if not self.hint_prefix:
                 raise ValidationError(
                     "hint_prefix", "is required with a recovery_log_prefix "
@@ -120,6 +128,10 @@ class ShardSpec:
         validate_spec_labels(self.labels, RESERVED_SHARD_LABELS)
         check_range(self.ring_buffer_size, "ring_buffer_size", 1, 1 << 24)
         check_range(self.read_channel_size, "read_channel_size", 1, 1 << 24)
+        for key in ("disable", "disable_wait_for_ack"):
+            value = getattr(self, key)
+            if not isinstance(value, bool):
+                raise ValidationError(key, f"expected true or false, got {short_repr(value)}")
 
     @property
     def recovery_log(self) -> str | None:
@@ -128,11 +140,13 @@ class ShardSpec:
 
     @property
     def hint_keys(self) -> tuple[str, ...]:
-        """etcd keys of the primary hints, then of each backup, newest first."""
+        """etcd keys of the primary hints (``<hint_prefix>/<id>.primary``), then of each
+        backup (``<id>.backup.<n>``), newest first."""
         if not self.hint_prefix:
             return ()
-        base = f"{self.hint_prefix}/{self.id}.hints"
-        return (base, *(f"{base}.{i}" for i in range(1, self.hint_backups + 1)))
+        base = f"{self.hint_prefix}/{self.id}"
+        return (f"{base}.primary",
+                *(f"{base}.backup.{i}" for i in range(1, self.hint_backups + 1)))
 
     @classmethod
     def from_dict(cls, data: object, field: str = "") -> ShardSpec:
@@ -160,7 +174,7 @@ class ShardSpec:
             "ring_buffer_size": r.integer("ring_buffer_size", DEFAULT_RING_BUFFER_SIZE, 1),
             "read_channel_size": r.integer("read_channel_size", DEFAULT_READ_CHANNEL_SIZE, 1),
         }
-        r.raw("revision", 0)  # carried by YAML listings; the caller reads it
+        r.integer("revision", 0, lo=0)  # carried by YAML listings; the caller reads it
         r.done()
         return build(cls, field, **values)
 

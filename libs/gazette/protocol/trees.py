@@ -20,7 +20,9 @@ from gazette.spectree import JOURNALS, SHARDS, TreeKind, dump_yaml, fold, load_y
 S = TypeVar("S", JournalSpec, ShardSpec)
 
 
-@dataclass(frozen=True, slots=True)
+# Not slots=True: with it, CPython 3.11's frozen __setattr__ breaks ``SpecChange[JournalSpec](...)``
+# (a TypeError from super() on the replaced class).
+@dataclass(frozen=True)
 class SpecChange(Generic[S]):
     """Upsert `spec` (or delete `name` when `spec` is None) if the item is still at
     mod revision `revision` (0: if it does not exist)."""
