@@ -10,6 +10,7 @@ import yaml
 
 from gazette.errors import ValidationError
 from gazette.labels import LabelSet
+from gazette.local.tutorial import EXAMPLE_JOURNAL_YAML
 from gazette.protocol.fields import INT64_MAX
 from gazette.protocol.journal_spec import (
     DEFAULT_FLUSH_INTERVAL,
@@ -28,26 +29,7 @@ from gazette.protocol.journal_spec import (
     validate_store_url,
 )
 
-# The spec applied in the broker tutorial (``gazctl journals apply``).
-TUTORIAL_YAML = """\
-name: example/journal
-replication: 1
-labels:
-- name: app.gazette.dev/message-type
-  value: TestMessage
-- name: app.gazette.dev/region
-  value: local
-- name: app.gazette.dev/tag
-  value: demo
-- name: content-type
-  value: application/x-ndjson
-fragment:
-  length: 131072
-  compression_codec: SNAPPY
-  stores:
-  - file:///
-  refresh_interval: 1m0s
-"""
+TUTORIAL_YAML = EXAMPLE_JOURNAL_YAML
 
 
 def tutorial() -> dict[str, Any]:

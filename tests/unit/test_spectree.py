@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gazette.errors import ValidationError
+from gazette.local.tutorial import FOOBAR_TREE_YAML
 from gazette.spectree import (
     JOURNALS,
     MAX_DEPTH,
@@ -24,25 +25,7 @@ from gazette.spectree import (
     normalize,
 )
 
-TUTORIAL = """\
-name: foobar/
-replication: 1
-labels:
-- name: content-type
-  value: application/x-ndjson
-- name: my-label
-fragment:
-  length: 4096
-  compression_codec: GZIP
-  stores:
-  - file:///
-  refresh_interval: 1m0s
-  flush_interval: 1m0s
-children:
-  - name: foobar/part-000
-  - name: foobar/part-001
-  - name: foobar/part-002
-"""
+TUTORIAL = FOOBAR_TREE_YAML
 
 TUTORIAL_LABELS = [
     {"name": "content-type", "value": "application/x-ndjson"},

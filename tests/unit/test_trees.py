@@ -8,6 +8,7 @@ import pytest
 
 from gazette.errors import ValidationError
 from gazette.labels import LabelSet
+from gazette.local.tutorial import FOOBAR_TREE_YAML
 from gazette.protocol import (
     CompressionCodec,
     FragmentSpec,
@@ -25,26 +26,7 @@ from gazette.protocol.trees import (
     specs_to_yaml,
 )
 
-# ``gazctl journals apply`` of the broker tutorial: a group and three children.
-FOOBAR = """\
-name: foobar/
-replication: 1
-labels:
-- name: content-type
-  value: application/x-ndjson
-- name: my-label
-fragment:
-  length: 4096
-  compression_codec: GZIP
-  stores:
-  - file:///
-  refresh_interval: 1m0s
-  flush_interval: 1m0s
-children:
-  - name: foobar/part-000
-  - name: foobar/part-001
-  - name: foobar/part-002
-"""
+FOOBAR = FOOBAR_TREE_YAML
 
 EXAMPLE_LISTING = """\
 name: example/journal

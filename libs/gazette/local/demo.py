@@ -17,56 +17,9 @@ from gazette.keyspace import Etcd, KeySpace, Layout, TxnConflict
 from gazette.keyspace.specs import Decoder, apply_changes
 from gazette.labels import Selector, journal_labels
 from gazette.local.etcd import EmbeddedEtcd
+from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 from gazette.protocol import JournalSpec
 from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
-
-#: The journals of the broker tutorial: one journal, and a tree of three under foobar/.
-TUTORIAL_JOURNALS = """\
-name: example/journal
-replication: 1
-labels:
-- name: app.gazette.dev/message-type
-  value: TestMessage
-- name: app.gazette.dev/region
-  value: local
-- name: app.gazette.dev/tag
-  value: demo
-- name: content-type
-  value: application/x-ndjson
-fragment:
-  length: 131072
-  compression_codec: SNAPPY
-  stores:
-  - file:///
-  refresh_interval: 1m0s
----
-name: foobar/
-replication: 1
-labels:
-- name: content-type
-  value: application/x-ndjson
-- name: my-label
-fragment:
-  length: 4096
-  compression_codec: GZIP
-  stores:
-  - file:///
-  refresh_interval: 1m0s
-  flush_interval: 1m0s
-children:
-- name: foobar/part-000
-- name: foobar/part-001
-- name: foobar/part-002
-"""
-
-TUTORIAL_SELECTORS = (
-    "prefix=example/",
-    "prefix=foobar/",
-    "app.gazette.dev/message-type=TestMessage",
-    "my-label",
-    "name in (example/journal, foobar/part-001)",
-    "prefix=foobar/, name not in (foobar/part-001)",
-)
 
 
 async def run_demo(etcd_endpoint: str, out: TextIO, layout: Layout | None = None) -> None:
@@ -75,7 +28,7 @@ async def run_demo(etcd_endpoint: str, out: TextIO, layout: Layout | None = None
     async with Etcd(etcd_endpoint) as etcd:
         keyspace: KeySpace[object] = KeySpace(etcd, layout.root + "/", Decoder(layout))
         async with keyspace:
-            changes = journal_changes_from_yaml(TUTORIAL_JOURNALS)
+            changes = journal_changes_from_yaml(TUTORIAL_JOURNALS_YAML)
             # Re-running against a kept cluster updates in place, at the current revisions.
             changes = [SpecChange(c.name, _mod_revision(keyspace, layout, c.name), c.spec)
                        for c in changes]
@@ -95,7 +48,7 @@ async def run_demo(etcd_endpoint: str, out: TextIO, layout: Layout | None = None
             print(_indent(specs_to_yaml(journals)), file=out)
 
             print("Selecting journals by label:", file=out)
-            for text in TUTORIAL_SELECTORS:
+            for text, _ in TUTORIAL_SELECTIONS:
                 selector = Selector.parse(text)
                 names = [spec.name for spec, _ in journals
                          if selector.matches(journal_labels(spec.name, spec.labels))]
