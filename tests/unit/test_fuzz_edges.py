@@ -118,7 +118,7 @@ valid_fragments = st.builds(
     retention=_durations_between(timedelta(0), MAX_DURATION),
     flush_interval=st.just(timedelta(0))
     | _durations_between(timedelta(seconds=1), MAX_DURATION),
-    path_postfix_template=st.sampled_from(["", "date={date}/hour={hour}", "{year}/{month}"]),
+    path_postfix_template=st.sampled_from(["", "date={date}/hour={hour}", "y={year}/m={month}"]),
 )
 valid_journals = st.builds(
     JournalSpec,

@@ -545,7 +545,8 @@ def test_store_url_must_be_a_string(value: object) -> None:
 
 @pytest.mark.parametrize(
     "template",
-    ["date={date}/hour={hour}", "{year}/{month}/{day}", "static", "date={date}", "v1.{hour}"],
+    ["date={date}/hour={hour}", "y={year}/m={month}/d={day}", "v=1", "date={date}",
+     "hour=v1.{hour}"],
 )
 def test_valid_postfix_templates(template: str) -> None:
     assert FragmentSpec(path_postfix_template=template).path_postfix_template == template
@@ -570,6 +571,12 @@ def test_valid_postfix_templates(template: str) -> None:
         ("a b", "invalid character ' '"),
         ("{{literal}}", "invalid character '{'"),
         ("x" * 257, "longer than 256"),
+        # Folders are Hive-style key=value: that is how a store listing tells them from
+        # the journal's own name.
+        ("{year}/{month}", "each folder must be key=value"),
+        ("static", "each folder must be key=value"),
+        ("date={date}/v1", "each folder must be key=value"),
+        ("={date}", "each folder must be key=value"),
     ],
 )
 def test_invalid_postfix_templates(template: str, phrase: str) -> None:

@@ -293,7 +293,8 @@ POSTFIX_PLACEHOLDERS = frozenset({"date", "year", "month", "day", "hour"})
 
 
 def _validate_postfix_template(template: str) -> None:
-    """A path postfix like ``date={date}/hour={hour}`` inserted before fragment names."""
+    """A path postfix like ``date={date}/hour={hour}`` inserted before fragment names:
+    Hive-style ``key=value`` folders, so query engines can prune by them."""
     field = "path_postfix_template"
     if not template:
         return
@@ -321,6 +322,12 @@ def _validate_postfix_template(template: str) -> None:
     except ValidationError as err:
         raise ValidationError(
             field, f"{template!r}, with placeholders read as 'x': {err.reason}") from None
+    # Hive-style folders (key=value): a '=' is what tells a postfix folder from the
+    # journal's own name in a store listing (journal names never contain '=').
+    for folder in literal.split("/"):
+        if "=" not in folder.strip("="):
+            raise ValidationError(
+                field, f"{template!r}: each folder must be key=value, as 'date={{date}}'")
 
 
 @dataclass(frozen=True, slots=True)

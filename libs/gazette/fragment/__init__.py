@@ -1,0 +1,1 @@
+"""Fragments of journals: naming, codecs, the fragment index, and BLOB stores."""
