@@ -1,1 +1,33 @@
-"""Fragments of journals: naming, codecs, the fragment index, and BLOB stores."""
+"""Fragments of journals: naming, codecs, the fragment index (stores: next).
+
+A fragment is a byte range of a journal holding whole appends, named in stores by
+``<journal>/<begin>-<end>-<sha1><ext>``; see `Fragment`.
+"""
+
+from gazette.fragment.codec import (
+    CodecError,
+    Compressor,
+    CorruptFragment,
+    Decompressor,
+    Sha1Verifier,
+    compress,
+    decompress,
+)
+from gazette.fragment.fragment import CODEC_EXTENSIONS, EMPTY_SHA1, Fragment
+from gazette.fragment.index import FragmentIndex, FragmentSet, from_listing
+
+__all__ = [
+    "CODEC_EXTENSIONS",
+    "EMPTY_SHA1",
+    "CodecError",
+    "Compressor",
+    "CorruptFragment",
+    "Decompressor",
+    "Fragment",
+    "FragmentIndex",
+    "FragmentSet",
+    "Sha1Verifier",
+    "compress",
+    "decompress",
+    "from_listing",
+]
