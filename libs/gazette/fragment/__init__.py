@@ -1,4 +1,5 @@
-"""Fragments of journals: naming, codecs, the fragment index (stores: next).
+"""Fragments of journals: naming, codecs, the fragment index; stores in
+`gazette.fragment.store`.
 
 A fragment is a byte range of a journal holding whole appends, named in stores by
 ``<journal>/<begin>-<end>-<sha1><ext>``; see `Fragment`.
