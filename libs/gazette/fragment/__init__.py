@@ -16,9 +16,12 @@ from gazette.fragment.codec import (
 )
 from gazette.fragment.fragment import CODEC_EXTENSIONS, EMPTY_SHA1, Fragment
 from gazette.fragment.index import FragmentIndex, FragmentSet, from_listing
+from gazette.fragment.persister import Persister
+from gazette.fragment.spool import ClosedSpool, Spool
 
 __all__ = [
     "CODEC_EXTENSIONS",
+    "ClosedSpool",
     "EMPTY_SHA1",
     "CodecError",
     "Compressor",
@@ -27,7 +30,9 @@ __all__ = [
     "Fragment",
     "FragmentIndex",
     "FragmentSet",
+    "Persister",
     "Sha1Verifier",
+    "Spool",
     "compress",
     "decompress",
     "from_listing",

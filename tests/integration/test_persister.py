@@ -1,0 +1,72 @@
+"""The persister loses nothing through a store outage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from gazette.fragment import Fragment, Sha1Verifier, decompress
+from gazette.fragment.persister import Persister
+from gazette.fragment.spool import Spool
+from gazette.fragment.store import S3Store
+from gazette.protocol import CompressionCodec
+from tests.fixtures.s3 import S3Server
+
+pytestmark = pytest.mark.integration
+
+
+async def test_fragments_persist_after_an_s3_outage(
+    s3_server_restartable: S3Server, tmp_path: Path
+) -> None:
+    bucket = s3_server_restartable.new_bucket()
+    url = (f"s3://{bucket.name}/?endpoint={s3_server_restartable.endpoint_url}"
+           "&region=us-east-1")
+    store = S3Store(url, env=s3_server_restartable.env(), connect_timeout=1, read_timeout=1,
+                    max_attempts=1, op_timeout=1)
+    persisted: list[Fragment] = []
+    persister = Persister(on_persisted=persisted.append, retry_initial=0.05, retry_max=0.2)
+    task = asyncio.create_task(persister.run())
+    contents, closed = [], []
+    try:
+        s3_server_restartable.pause()  # the store is down while fragments close
+        begin = 0
+        for i in range(3):
+            spool = Spool("events/a", begin, tmp_path, CompressionCodec.SNAPPY)
+            data = b"".join(b'{"i": %d, "n": %d}\n' % (i, n) for n in range(500))
+            spool.write(data)
+            spool.commit()
+            closed.append(spool.close())
+            contents.append(data)
+            persister.enqueue(closed[-1], store)
+            begin += len(data)
+        # Wait until uploads have failed (and been retried) at least twice.
+        failures = REGISTRY.get_sample_value("gazette_fragment_persist_failures_total") or 0
+        deadline = time.monotonic() + 30
+        while (REGISTRY.get_sample_value("gazette_fragment_persist_failures_total") or 0
+               ) < failures + 2:
+            assert time.monotonic() < deadline, "uploads never failed during the outage"
+            await asyncio.sleep(0.05)
+        assert persisted == [] and all(c.path.exists() for c in closed)  # kept locally
+        s3_server_restartable.resume()
+        await asyncio.wait_for(persister.wait_idle(), 60)
+
+        assert [f.begin for f in persisted] == [c.fragment.begin for c in closed]
+        assert all(f.backing_store == url for f in persisted)
+        assert not any(c.path.exists() for c in closed)  # local copies released
+        listed = sorted(await store.list("events/a"))
+        assert [(f.begin, f.end, f.sha1) for f in listed] == [
+            (c.fragment.begin, c.fragment.end, c.fragment.sha1) for c in closed]
+        for frag, data in zip(listed, contents, strict=True):
+            stored = b"".join([chunk async for chunk in store.get(frag)])
+            content = decompress(frag.codec, stored)
+            assert content == data
+            check = Sha1Verifier(frag)
+            check.update(content)
+            check.verify()
+    finally:
+        task.cancel()
+        await store.close()
