@@ -21,8 +21,8 @@ from gazette.fragment.spool import ClosedSpool, Spool
 
 __all__ = [
     "CODEC_EXTENSIONS",
-    "ClosedSpool",
     "EMPTY_SHA1",
+    "ClosedSpool",
     "CodecError",
     "Compressor",
     "CorruptFragment",
