@@ -1,0 +1,160 @@
+"""A journal's replica on this broker: where appends are sequenced and written.
+
+Appends to one journal run one at a time (an `asyncio.Lock`), so two appends never
+interleave; each is written into the spool as its chunks arrive and committed only when
+the client ends it cleanly. A client that disconnects, an expected offset that is not the
+write head, registers that do not match, or an append over the size limit leave nothing
+behind (the spool rolls back). Registers are labels an append can test and change
+atomically: the consumer's recovery log fences out stale writers with them.
+
+The spool rolls to a new fragment before an append once it reached the spec's length or
+flush interval; closed spools go to the persister for the spec's first store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gazette.errors import GazetteError
+from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
+from gazette.fragment.store import FragmentStore
+from gazette.labels import LabelSet, Selector
+from gazette.protocol import JournalSpec
+
+#: Largest append accepted unless the broker is configured otherwise.
+DEFAULT_MAX_APPEND_SIZE = 256 << 20
+
+
+class AppendError(GazetteError):
+    """An append was refused; `status` is the broker Status name, nothing was written."""
+
+    def __init__(self, status: str, message: str) -> None:
+        self.status = status
+        super().__init__(f"{status}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """The committed append: its fragment (begin, end, SHA-1 of its own content) and the
+    journal's registers after it."""
+
+    commit: Fragment
+    registers: LabelSet
+
+
+class Replica:
+    """The primary replica of one journal on this broker."""
+
+    def __init__(self, spec: JournalSpec, spool_dir: Path, index: FragmentIndex,
+                 persister: Persister | None = None,
+                 store_for: Callable[[str], FragmentStore] | None = None,
+                 max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> None:
+        self.spec = spec
+        self._dir = spool_dir
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        self._index = index
+        self._persister = persister
+        self._store_for = store_for
+        self.max_append_size = max_append_size
+        self.registers = LabelSet()
+        self._lock = asyncio.Lock()
+        head = index.end_offset(spec.name)
+        self._spool = Spool(spec.name, head, spool_dir, spec.fragment.compression_codec)
+        self._rate_start = time.monotonic()
+        self._rate_bytes = 0
+        self._roll_requested = False
+
+    @property
+    def write_head(self) -> int:
+        return self._spool.end
+
+    @property
+    def spool(self) -> Spool:
+        return self._spool
+
+    async def append(self, chunks: AsyncIterable[bytes], *, offset: int | None = None,
+                     check_registers: Selector | None = None,
+                     union_registers: LabelSet | None = None,
+                     subtract_registers: LabelSet | None = None) -> AppendResult:
+        """Append the concatenated `chunks` atomically. Raises `AppendError` (nothing
+        written) when refused; if `chunks` raises (the client went away), the append is
+        rolled back and the error propagates."""
+        if not self.spec.flags.may_write:
+            raise AppendError("NOT_ALLOWED", f"{self.spec.name} is read-only (O_RDONLY)")
+        async with self._lock:
+            if offset is not None and offset != self.write_head:
+                raise AppendError("WRONG_APPEND_OFFSET",
+                                  f"expected offset {offset}, write head is {self.write_head}")
+            if check_registers is not None and not check_registers.matches(self.registers):
+                raise AppendError("REGISTER_MISMATCH", f"registers {self.registers!r} do not "
+                                  f"match {check_registers}")
+            self._maybe_roll()
+            spool, begin, sha1, size = self._spool, self.write_head, hashlib.sha1(), 0
+            try:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > self.max_append_size:
+                        raise AppendError("NOT_ALLOWED", f"append is larger than the "
+                                          f"{self.max_append_size}-byte limit")
+                    spool.write(chunk)
+                    sha1.update(chunk)
+                    await self._throttle(len(chunk))
+            except BaseException:
+                spool.rollback()
+                raise
+            spool.commit()
+            self._index.add_local(spool.fragment)
+            if union_registers:
+                self.registers = self.registers | union_registers
+            if subtract_registers:
+                self.registers = self.registers - subtract_registers
+            return AppendResult(
+                Fragment(self.spec.name, begin, begin + size, sha1.digest()), self.registers)
+
+    async def _throttle(self, n: int) -> None:
+        """Hold the append to the spec's max_append_rate (bytes per second)."""
+        rate = self.spec.max_append_rate
+        if not rate:
+            return
+        self._rate_bytes += n
+        ahead = self._rate_bytes / rate - (time.monotonic() - self._rate_start)
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+        if ahead < -1.0:  # idle for a while: don't bank unlimited credit
+            self._rate_start, self._rate_bytes = time.monotonic(), 0
+
+    def _maybe_roll(self) -> None:
+        if self._roll_requested or self._spool.should_roll(self.spec.fragment):
+            self._roll()
+
+    async def roll(self) -> Fragment | None:
+        """Close the spool (if it holds anything) and start a new one at the write head,
+        between appends; the closed fragment goes to the persister and is returned."""
+        async with self._lock:
+            return self._roll()
+
+    def _roll(self) -> Fragment | None:
+        self._roll_requested = False
+        old = self._spool
+        if old.end == old.begin:
+            return None
+        closed = old.close()
+        self._spool = Spool(self.spec.name, closed.fragment.end, self._dir,
+                            self.spec.fragment.compression_codec)
+        stores = self.spec.fragment.stores
+        if self._persister is not None and self._store_for is not None and stores:
+            self._persister.enqueue(closed, self._store_for(stores[0]))
+        return closed.fragment
+
+    def update_spec(self, spec: JournalSpec) -> None:
+        """A new revision of the spec. A changed codec or store takes effect with the
+        next fragment: the spool rolls before the next append."""
+        if (spec.fragment.compression_codec != self.spec.fragment.compression_codec
+                or spec.fragment.stores != self.spec.fragment.stores):
+            self._roll_requested = True
+        self.spec = spec
