@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,28 @@ class AppendError(GazetteError):
     def __init__(self, status: str, message: str) -> None:
         self.status = status
         super().__init__(f"{status}: {message}")
+
+
+class ReadError(GazetteError):
+    """A read that cannot be served (yet); `status` is the broker Status name."""
+
+    def __init__(self, status: str, message: str) -> None:
+        self.status = status
+        super().__init__(f"{status}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """Content of the journal from `offset`, out of `fragment`."""
+
+    offset: int
+    content: bytes
+    fragment: Fragment
+    write_head: int
+
+
+#: Largest chunk a read yields at once (large messages are cheaper per byte over gRPC).
+READ_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +172,47 @@ class Replica:
         if self._persister is not None and self._store_for is not None and stores:
             self._persister.enqueue(closed, self._store_for(stores[0]))
         return closed.fragment
+
+    async def read(self, offset: int, *, block: bool = False,
+                   end_offset: int = 0) -> AsyncIterator[ReadChunk]:
+        """Content from `offset` (-1: the write head) up to `end_offset` (0: no end).
+        Without `block`, the read ends at the write head, and one that starts there
+        raises `ReadError` OFFSET_NOT_YET_AVAILABLE; with it, it waits for new appends. Only content
+        still in this broker's open spool is served here for now; older content raises
+        `ReadError` OFFSET_NOT_IN_SPOOL (served from fragments by the caller)."""
+        if offset == -1:
+            offset = self.write_head
+        if offset < 0:
+            raise ReadError("INVALID_OFFSET", f"offset must be -1 or >= 0, got {offset}")
+        served = False
+        while not end_offset or offset < end_offset:
+            spool = self._spool
+            if offset >= spool.end:
+                if served and not block:
+                    return  # read through to the head: done
+                if not block:
+                    raise ReadError("OFFSET_NOT_YET_AVAILABLE",
+                                    f"offset {offset} is at or beyond the write head "
+                                    f"{spool.end}")
+                await self._index.wait_for(self.spec.name, offset)
+                continue
+            if offset < spool.begin:
+                raise ReadError("OFFSET_NOT_IN_SPOOL",
+                                f"offset {offset} precedes the open spool at {spool.begin}")
+            size = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
+            content = spool.read(offset, size)
+            yield ReadChunk(offset, content, spool.fragment, spool.end)
+            offset += len(content)
+            served = True
+
+    async def run(self) -> None:
+        """Roll the spool when its flush interval passes, even if no append comes; run as
+        a task owned by the broker and cancel it on shutdown."""
+        while True:
+            interval = self.spec.fragment.flush_interval.total_seconds()
+            await asyncio.sleep(min(interval, 1.0) if interval else 1.0)
+            if interval and self._spool.should_roll(self.spec.fragment):
+                await self.roll()
 
     def update_spec(self, spec: JournalSpec) -> None:
         """A new revision of the spec. A changed codec or store takes effect with the

@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from gazette.fragment import FragmentIndex, Persister, decompress
 from gazette.fragment.store import store_for
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import CompressionCodec, FragmentSpec, JournalFlags, JournalSpec
-from gazette_broker.replica import AppendError, Replica
+from gazette_broker.replica import AppendError, ReadError, Replica
 
 SPEC = JournalSpec("example/journal", replication=1,
                    fragment=FragmentSpec(length=4096, compression_codec=CompressionCodec.NONE,
@@ -118,5 +119,53 @@ async def test_spools_roll_whole_appends_into_persisted_fragments(tmp_path: Path
                             for f in listed])
         assert content == b"".join(appends)  # whole appends, nothing lost or split
         assert all(f.backing_store for f in index.fragments(SPEC.name))
+    finally:
+        task.cancel()
+
+
+async def test_reads_from_the_spool_like_the_tutorials_gets(tmp_path: Path) -> None:
+    r = replica(tmp_path)
+    await r.append(chunks(b'{"Msg": "Hello, Gazette!"}\n{"Msg": "See you later alligator"}\n'))
+    got = [c async for c in r.read(16)]
+    assert b"".join(c.content for c in got) == b'Gazette!"}\n{"Msg": "See you later alligator"}\n'
+    assert got[0].offset == 16 and got[-1].write_head == 62
+    assert [c.content async for c in r.read(0, end_offset=5)] == [b'{"Msg']
+    with pytest.raises(ReadError, match="OFFSET_NOT_YET_AVAILABLE"):
+        async for _ in r.read(-1):
+            pass
+    with pytest.raises(ReadError, match="INVALID_OFFSET"):
+        async for _ in r.read(-7):
+            pass
+
+
+async def test_a_blocking_read_sees_later_appends(tmp_path: Path) -> None:
+    r = replica(tmp_path)
+    await r.append(chunks(b"old\n"))
+    seen: list[bytes] = []
+
+    async def follow() -> None:
+        async for c in r.read(-1, block=True):
+            seen.append(c.content)
+            if b"".join(seen).count(b"\n") == 2:
+                return
+
+    reader = asyncio.create_task(follow())
+    await r.append(chunks(b"new 1\n"))
+    await r.append(chunks(b"new 2\n"))
+    await asyncio.wait_for(reader, 10)
+    assert b"".join(seen) == b"new 1\nnew 2\n"
+
+
+async def test_the_flush_interval_rolls_an_idle_spool(tmp_path: Path) -> None:
+    spec = replace(SPEC, fragment=replace(SPEC.fragment, flush_interval=timedelta(seconds=1)))
+    r = replica(tmp_path, spec)
+    await r.append(chunks(b"x\n"))
+    task = asyncio.create_task(r.run())
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while r.spool.begin == 0:  # rolled: the new spool starts at the write head
+            assert asyncio.get_running_loop().time() < deadline, "the spool never rolled"
+            await asyncio.sleep(0.05)
+        assert r.spool.begin == 2
     finally:
         task.cancel()
