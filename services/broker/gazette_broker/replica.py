@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gazette.errors import GazetteError
 from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
+from gazette.fragment.cache import FragmentCache
 from gazette.fragment.store import FragmentStore
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import JournalSpec
@@ -90,6 +91,9 @@ class Replica:
         self._rate_start = time.monotonic()
         self._rate_bytes = 0
         self._roll_requested = False
+        #: Closed spools not yet known persisted: (begin, end) -> local file.
+        self._closed: dict[tuple[int, int], Path] = {}
+        self._cache = FragmentCache(spool_dir / "cache")
 
     @property
     def write_head(self) -> int:
@@ -166,6 +170,7 @@ class Replica:
         if old.end == old.begin:
             return None
         closed = old.close()
+        self._closed[(closed.fragment.begin, closed.fragment.end)] = closed.path
         self._spool = Spool(self.spec.name, closed.fragment.end, self._dir,
                             self.spec.fragment.compression_codec)
         stores = self.spec.fragment.stores
@@ -175,11 +180,11 @@ class Replica:
 
     async def read(self, offset: int, *, block: bool = False,
                    end_offset: int = 0) -> AsyncIterator[ReadChunk]:
-        """Content from `offset` (-1: the write head) up to `end_offset` (0: no end).
+        """Content from `offset` (-1: the write head) up to `end_offset` (0: no end),
+        from the open spool, closed spools not yet persisted, or persisted fragments
+        (fetched into a verified local cache: a corrupt one raises `CorruptFragment`).
         Without `block`, the read ends at the write head, and one that starts there
-        raises `ReadError` OFFSET_NOT_YET_AVAILABLE; with it, it waits for new appends. Only content
-        still in this broker's open spool is served here for now; older content raises
-        `ReadError` OFFSET_NOT_IN_SPOOL (served from fragments by the caller)."""
+        raises `ReadError` OFFSET_NOT_YET_AVAILABLE; with it, it waits for new appends."""
         if offset == -1:
             offset = self.write_head
         if offset < 0:
@@ -187,6 +192,7 @@ class Replica:
         served = False
         while not end_offset or offset < end_offset:
             spool = self._spool
+            limit = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
             if offset >= spool.end:
                 if served and not block:
                     return  # read through to the head: done
@@ -196,14 +202,39 @@ class Replica:
                                     f"{spool.end}")
                 await self._index.wait_for(self.spec.name, offset)
                 continue
-            if offset < spool.begin:
-                raise ReadError("OFFSET_NOT_IN_SPOOL",
-                                f"offset {offset} precedes the open spool at {spool.begin}")
-            size = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
-            content = spool.read(offset, size)
-            yield ReadChunk(offset, content, spool.fragment, spool.end)
+            if offset >= spool.begin:
+                content = spool.read(offset, limit)
+                frag = spool.fragment
+            else:
+                found = self._index.find(self.spec.name, offset)
+                if found is None or found.begin >= spool.begin:
+                    raise ReadError("OFFSET_NOT_YET_AVAILABLE",
+                                    f"no fragment holds offset {offset}")
+                if found.begin > offset:
+                    offset = found.begin  # a hole (e.g. removed by retention): skip it
+                    continue
+                frag = found
+                content = await self._read_fragment(frag, offset, limit)
+            yield ReadChunk(offset, content, frag, spool.end)
             offset += len(content)
             served = True
+
+    async def _read_fragment(self, frag: Fragment, offset: int, size: int) -> bytes:
+        path = self._closed.get((frag.begin, frag.end))
+        if path is not None:
+            try:
+                return await asyncio.to_thread(_pread, path, offset - frag.begin, size)
+            except FileNotFoundError:
+                del self._closed[(frag.begin, frag.end)]  # persisted meanwhile
+                persisted = self._index.find(self.spec.name, offset)
+                if persisted is None or not persisted.backing_store:
+                    raise
+                frag = persisted
+        if not frag.backing_store or self._store_for is None:
+            raise ReadError("OFFSET_NOT_YET_AVAILABLE",
+                            f"fragment {frag.path} is neither local nor persisted")
+        cached = await self._cache.get(self._store_for(frag.backing_store), frag)
+        return await asyncio.to_thread(_pread, cached, offset - frag.begin, size)
 
     async def run(self) -> None:
         """Roll the spool when its flush interval passes, even if no append comes; run as
@@ -221,3 +252,9 @@ class Replica:
                 or spec.fragment.stores != self.spec.fragment.stores):
             self._roll_requested = True
         self.spec = spec
+
+
+def _pread(path: Path, offset: int, size: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(size)

@@ -1,0 +1,67 @@
+"""A local cache of persisted fragments, verified before anything is served from it.
+
+Reading a persisted fragment streams it from its store through the codec into a temp
+file while hashing the content; only if the SHA-1 matches is the file renamed into the
+cache (named by the SHA-1) and served. A corrupt fragment raises `CorruptFragment` and
+leaves nothing in the cache, so it is reported, never served as good. Decompression runs
+as chunks arrive, so memory stays bounded whatever the fragment's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from gazette.fragment.codec import Decompressor, Sha1Verifier
+from gazette.fragment.fragment import Fragment
+from gazette.fragment.store.base import FragmentStore
+
+
+class FragmentCache:
+    """Verified, decompressed copies of persisted fragments in `directory`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._fetching: dict[bytes, asyncio.Task[Path]] = {}
+
+    def path(self, fragment: Fragment) -> Path:
+        return self.directory / f"{fragment.sha1.hex()}-{fragment.size}"
+
+    async def get(self, store: FragmentStore, fragment: Fragment) -> Path:
+        """The local file of `fragment`'s content, fetching and verifying it if needed
+        (concurrent readers of one fragment share one fetch)."""
+        path = self.path(fragment)
+        if path.exists():
+            return path
+        task = self._fetching.get(fragment.sha1)
+        if task is None:
+            task = asyncio.ensure_future(self._fetch(store, fragment, path))
+            self._fetching[fragment.sha1] = task
+            task.add_done_callback(lambda _: self._fetching.pop(fragment.sha1, None))
+        return await asyncio.shield(task)
+
+    async def _fetch(self, store: FragmentStore, fragment: Fragment, path: Path) -> Path:
+        fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=self.directory)
+        try:
+            decoder, check = Decompressor(fragment.codec), Sha1Verifier(fragment)
+            async for chunk in store.get(fragment):
+                content = decoder.feed(chunk)
+                check.update(content)
+                await asyncio.to_thread(os.write, fd, content)
+            rest = decoder.finish()
+            check.update(rest)
+            await asyncio.to_thread(os.write, fd, rest)
+            check.verify()  # raises CorruptFragment: the temp file is removed below
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, path)
+            return path
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
