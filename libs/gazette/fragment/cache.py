@@ -23,8 +23,10 @@ from gazette.fragment.store.base import FragmentStore
 class FragmentCache:
     """Verified, decompressed copies of persisted fragments in `directory`."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, max_bytes: int = 4 << 30) -> None:
         self.directory = directory
+        #: Past this many bytes, the least recently fetched fragments are evicted.
+        self.max_bytes = max_bytes
         directory.mkdir(parents=True, exist_ok=True)
         self._fetching: dict[bytes, asyncio.Task[Path]] = {}
 
@@ -59,9 +61,27 @@ class FragmentCache:
             os.close(fd)
             fd = -1
             os.replace(tmp, path)
+            await asyncio.to_thread(self._evict, path)
             return path
         finally:
             if fd >= 0:
                 os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+    def _evict(self, keep: Path) -> None:
+        """Remove the oldest cached fragments until the cache fits `max_bytes`."""
+        files = []
+        for p in self.directory.iterdir():
+            if p.name.startswith(".fetch-") or p == keep:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                st = p.stat()
+                files.append((st.st_mtime, st.st_size, p))
+        total = sum(size for _, size, _ in files) + keep.stat().st_size
+        for _, size, p in sorted(files):
+            if total <= self.max_bytes:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+            total -= size

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ from pathlib import Path
 from gazette.errors import GazetteError
 from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
-from gazette.fragment.store import FragmentStore
+from gazette.fragment.store import FragmentStore, StoreError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import JournalSpec
+
+log = logging.getLogger(__name__)
 
 #: Largest append accepted unless the broker is configured otherwise.
 DEFAULT_MAX_APPEND_SIZE = 256 << 20
@@ -94,6 +97,39 @@ class Replica:
         #: Closed spools not yet known persisted: (begin, end) -> local file.
         self._closed: dict[tuple[int, int], Path] = {}
         self._cache = FragmentCache(spool_dir / "cache")
+
+    @classmethod
+    async def open(cls, spec: JournalSpec, spool_dir: Path, index: FragmentIndex,
+                   persister: Persister | None = None,
+                   store_for: Callable[[str], FragmentStore] | None = None,
+                   max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> Replica:
+        """A replica whose write head continues after the journal's persisted content:
+        the stores are listed first (a fresh broker serves old content after one
+        listing)."""
+        replica = cls(spec, spool_dir, index, persister, store_for, max_append_size)
+        await replica.refresh()
+        head = index.end_offset(spec.name)
+        if head > replica._spool.end:
+            replica._spool.discard()
+            replica._spool = Spool(spec.name, head, spool_dir, spec.fragment.compression_codec)
+        return replica
+
+    async def refresh(self, now: float | None = None) -> None:
+        """Rebuild the persisted part of the index from a listing of every store, and
+        remove fragments older than the spec's retention from the stores."""
+        if self._store_for is None:
+            return
+        listed: list[Fragment] = []
+        for url in self.spec.fragment.stores:
+            listed.extend(await self._store_for(url).list(self.spec.name))
+        retention = self.spec.fragment.retention.total_seconds()
+        if retention:
+            cutoff = (time.time() if now is None else now) - retention
+            expired = [f for f in listed if f.mod_time and f.mod_time < cutoff]
+            for f in expired:
+                await self._store_for(f.backing_store).remove(f)
+            listed = [f for f in listed if f not in expired]
+        self._index.replace_persisted(self.spec.name, listed)
 
     @property
     def write_head(self) -> int:
@@ -233,17 +269,30 @@ class Replica:
         if not frag.backing_store or self._store_for is None:
             raise ReadError("OFFSET_NOT_YET_AVAILABLE",
                             f"fragment {frag.path} is neither local nor persisted")
-        cached = await self._cache.get(self._store_for(frag.backing_store), frag)
-        return await asyncio.to_thread(_pread, cached, offset - frag.begin, size)
+        store = self._store_for(frag.backing_store)
+        try:
+            cached = await self._cache.get(store, frag)
+            return await asyncio.to_thread(_pread, cached, offset - frag.begin, size)
+        except FileNotFoundError:  # evicted between fetch and read: fetch again
+            cached = await self._cache.get(store, frag)
+            return await asyncio.to_thread(_pread, cached, offset - frag.begin, size)
 
     async def run(self) -> None:
-        """Roll the spool when its flush interval passes, even if no append comes; run as
-        a task owned by the broker and cancel it on shutdown."""
+        """Roll the spool when its flush interval passes (even if no append comes) and
+        refresh from the stores every refresh interval; run as a task the broker owns
+        and cancels on shutdown. A failed refresh is logged and retried next interval."""
+        next_refresh = time.monotonic() + self.spec.fragment.refresh_interval.total_seconds()
         while True:
             interval = self.spec.fragment.flush_interval.total_seconds()
             await asyncio.sleep(min(interval, 1.0) if interval else 1.0)
             if interval and self._spool.should_roll(self.spec.fragment):
                 await self.roll()
+            if time.monotonic() >= next_refresh:
+                next_refresh += self.spec.fragment.refresh_interval.total_seconds()
+                try:
+                    await self.refresh()
+                except StoreError as exc:
+                    log.warning("refreshing %s failed: %s", self.spec.name, exc)
 
     def update_spec(self, spec: JournalSpec) -> None:
         """A new revision of the spec. A changed codec or store takes effect with the

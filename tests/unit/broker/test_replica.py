@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
@@ -227,5 +229,53 @@ async def test_a_corrupt_stored_fragment_is_reported_never_served(tmp_path: Path
         # The broker keeps serving what is intact.
         later = b"".join([c.content async for c in r.read(first.end)])
         assert later == b"".join(appends)[first.end:]
+    finally:
+        task.cancel()
+
+
+async def test_a_fresh_broker_continues_after_and_serves_persisted_content(
+    tmp_path: Path,
+) -> None:
+    first, appends, root, _, task = await _rolled_replica(tmp_path, persist=True)
+    try:
+        await first.roll()
+        await asyncio.wait_for(first._persister.wait_idle(), 30)  # type: ignore[union-attr]
+        fresh = await Replica.open(SPEC, tmp_path / "fresh-spools", FragmentIndex(), None,
+                                   lambda url: store_for(url, file_root=root))
+        assert fresh.write_head == sum(map(len, appends))
+        assert b"".join([c.content async for c in fresh.read(0)]) == b"".join(appends)
+        more = await fresh.append(chunks(b"after\n"))
+        assert more.commit.begin == sum(map(len, appends))
+    finally:
+        task.cancel()
+
+
+async def test_retention_removes_old_fragments_from_stores_and_index(tmp_path: Path) -> None:
+    spec = replace(SPEC, fragment=replace(SPEC.fragment, retention=timedelta(hours=1)))
+    r, _, root, _, task = await _rolled_replica(tmp_path, persist=True)
+    try:
+        r.spec = spec
+        stored = sorted((root / "store").rglob("*.raw"))
+        assert len(stored) >= 2
+        old = time.time() - 7200
+        os.utime(stored[0], (old, old))  # the oldest fragment is past retention
+        await r.refresh()
+        assert not stored[0].exists() and all(p.exists() for p in stored[1:])
+        assert r._index.fragments(SPEC.name).begin_offset > 0
+        first = [c async for c in r.read(0)]
+        assert first[0].offset > 0  # the removed range is skipped as a hole
+    finally:
+        task.cancel()
+
+
+async def test_the_cache_evicts_past_its_bound_and_refetches(tmp_path: Path) -> None:
+    r, appends, _, _, task = await _rolled_replica(tmp_path, persist=True)
+    try:
+        r._cache.max_bytes = 6000  # about one fragment
+        everything = b"".join(appends)
+        for _ in range(2):
+            assert b"".join([c.content async for c in r.read(0)]) == everything
+            cached = list(r._cache.directory.glob("*-*"))
+            assert sum(p.stat().st_size for p in cached) <= 6000
     finally:
         task.cancel()
