@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gazette import names
 from gazette.errors import ValidationError
@@ -95,3 +96,14 @@ class Fragment:
         names.validate_journal_name(journal, "path")
         return cls(journal, begin, end, bytes.fromhex(m.group(3)), codec, backing_store,
                    mod_time, postfix)
+
+
+def fragment_to_pb(fragment: Fragment) -> Any:
+    """The `gazette.broker.Fragment` message of a fragment."""
+    from gazette.pb import broker_pb2
+    from gazette.protocol.convert import codec_to_pb
+
+    return broker_pb2.Fragment(
+        journal=fragment.journal, begin=fragment.begin, end=fragment.end, sha1=fragment.sha1,
+        compression_codec=codec_to_pb(fragment.codec), backing_store=fragment.backing_store,
+        mod_time=fragment.mod_time, path_postfix=fragment.path_postfix)

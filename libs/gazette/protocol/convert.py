@@ -38,6 +38,10 @@ _SUSPEND_TO_PB = {lv: bpb.JournalSpec.Suspend.Level.Value(lv.value) for lv in Su
 _SUSPEND_FROM_PB = {v: k for k, v in _SUSPEND_TO_PB.items()}
 
 
+def codec_to_pb(codec: CompressionCodec) -> bpb.CompressionCodec.ValueType:
+    return _CODEC_TO_PB[codec]
+
+
 def duration_to_pb(value: timedelta) -> duration_pb2.Duration:
     msg = duration_pb2.Duration()
     msg.FromTimedelta(value)
