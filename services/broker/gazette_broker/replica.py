@@ -34,20 +34,20 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_APPEND_SIZE = 256 << 20
 
 
-class AppendError(GazetteError):
-    """An append was refused; `status` is the broker Status name, nothing was written."""
+class StatusError(GazetteError):
+    """A refusal the protocol names: `status` is a broker `Status` name."""
 
     def __init__(self, status: str, message: str) -> None:
         self.status = status
         super().__init__(f"{status}: {message}")
 
 
-class ReadError(GazetteError):
-    """A read that cannot be served (yet); `status` is the broker Status name."""
+class AppendError(StatusError):
+    """An append was refused; nothing was written."""
 
-    def __init__(self, status: str, message: str) -> None:
-        self.status = status
-        super().__init__(f"{status}: {message}")
+
+class ReadError(StatusError):
+    """A read that cannot be served (yet)."""
 
 
 @dataclass(frozen=True, slots=True)
