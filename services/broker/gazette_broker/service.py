@@ -8,6 +8,7 @@ stored fragment fails the read with DATA_LOSS. The broker keeps serving in every
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,9 +18,20 @@ from gazette import names
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.fragment.fragment import fragment_to_pb
+from gazette.keyspace import Etcd, Event, KeySpace, Layout, TxnConflict
+from gazette.keyspace.specs import apply_changes
+from gazette.labels import journal_labels
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette.protocol import labels_from_pb, labels_to_pb, selector_from_pb
+from gazette.protocol import (
+    JournalSpec,
+    journal_spec_from_pb,
+    journal_spec_to_pb,
+    labels_from_pb,
+    labels_to_pb,
+    selector_from_pb,
+)
+from gazette.protocol.trees import SpecChange
 from gazette_broker.replica import AppendError, ReadError, Replica
 
 
@@ -28,8 +40,81 @@ class AppendAborted(Exception):
 
 
 class JournalService(broker_pb2_grpc.JournalServicer):
-    def __init__(self, replicas: Mapping[str, Replica]) -> None:
+    def __init__(self, replicas: Mapping[str, Replica], etcd: Etcd | None = None,
+                 keyspace: KeySpace[Any] | None = None, layout: Layout | None = None) -> None:
         self.replicas = replicas
+        self.etcd, self.keyspace, self.layout = etcd, keyspace, layout
+
+    def _header(self, revision: int) -> pb.Header:
+        return pb.Header(etcd=pb.Header.Etcd(revision=revision))
+
+    async def Apply(self, request: pb.ApplyRequest, context: Any) -> pb.ApplyResponse:
+        etcd, layout = self.etcd, self.layout
+        if etcd is None or layout is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no etcd")
+        assert etcd is not None and layout is not None  # abort() raised otherwise
+        changes: list[SpecChange[JournalSpec]] = []
+        try:
+            for i, change in enumerate(request.changes):
+                if change.WhichOneof("change") == "upsert":
+                    try:
+                        spec = journal_spec_from_pb(change.upsert)
+                    except ValidationError as err:
+                        raise err.within(f"changes[{i}].upsert") from None
+                    changes.append(SpecChange(spec.name, change.expect_mod_revision, spec))
+                elif change.WhichOneof("change") == "delete":
+                    names.validate_journal_name(change.delete, f"changes[{i}].delete")
+                    changes.append(SpecChange(change.delete, change.expect_mod_revision, None))
+                else:
+                    raise ValidationError(f"changes[{i}]", "neither upsert nor delete")
+            revision = await apply_changes(etcd, layout, changes)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except TxnConflict as err:
+            return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED,
+                                    header=self._header(err.revision))
+        return pb.ApplyResponse(status=pb.OK, header=self._header(revision))
+
+    def _listing(self, selector: Any) -> pb.ListResponse:
+        assert self.keyspace is not None and self.layout is not None
+        journals = []
+        for entry in self.keyspace.prefixed(self.layout.items):
+            spec = entry.value
+            if isinstance(spec, JournalSpec) and selector.matches(
+                    journal_labels(spec.name, spec.labels)):
+                journals.append(pb.ListResponse.Journal(
+                    spec=journal_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
+                    create_revision=entry.kv.create_revision))
+        return pb.ListResponse(status=pb.OK, header=self._header(self.keyspace.revision),
+                               journals=journals)
+
+    async def List(self, request: pb.ListRequest, context: Any
+                   ) -> AsyncIterator[pb.ListResponse]:
+        keyspace, layout = self.keyspace, self.layout
+        if keyspace is None or layout is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no etcd")
+        assert keyspace is not None and layout is not None  # abort() raised otherwise
+        try:
+            selector = selector_from_pb(request.selector)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        yield self._listing(selector)
+        if not request.watch:
+            return
+        changed = asyncio.Event()  # coalesces bursts of changes into one listing
+
+        def on_change(revision: int, events: list[Event]) -> None:
+            if any(ev.kv.key.startswith(layout.items) for ev in events):
+                changed.set()
+
+        stop = keyspace.observe(on_change)
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                yield self._listing(selector)
+        finally:
+            stop()
 
     async def _replica(self, journal: str, context: Any) -> Replica | None:
         try:
