@@ -1,0 +1,113 @@
+"""The broker core: journal specs in etcd become running replicas on this broker.
+
+It follows the cluster's keyspace: when a JournalSpec appears, it opens a `Replica` (the
+stores are listed first, so the write head continues after persisted content); when the
+spec changes, the replica takes the new revision; when it is deleted, the replica stops
+and its open spool is rolled to the persister. Every task it starts (the persister, each
+replica's roll/refresh loop) is owned and cancelled on `close()`.
+
+(Single-broker for now: every journal is served here. The allocator issue assigns
+journals to brokers; then only assigned journals get a replica.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gazette.fragment import FragmentIndex, Persister
+from gazette.fragment.store import FragmentStore, store_for
+from gazette.keyspace import Event, KeySpace, Layout
+from gazette.protocol import JournalSpec
+from gazette_broker.replica import Replica
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    """Replicas of the journals in `keyspace`, with their spools under `spool_root`."""
+
+    def __init__(self, keyspace: KeySpace[Any], layout: Layout, spool_root: Path,
+                 file_root: Path | None = None) -> None:
+        self.keyspace, self.layout = keyspace, layout
+        self.spool_root, self.file_root = spool_root, file_root
+        self.index = FragmentIndex()
+        self.persister = Persister(on_persisted=self.index.add_local)
+        self.replicas: dict[str, Replica] = {}
+        self._stores: dict[str, FragmentStore] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._changed = asyncio.Event()
+        self._sync_lock = asyncio.Lock()
+        self._unobserve: Callable[[], None] = lambda: None
+
+    def store_for(self, url: str) -> FragmentStore:
+        store = self._stores.get(url)
+        if store is None:
+            store = self._stores[url] = store_for(url, file_root=self.file_root)
+        return store
+
+    async def start(self) -> None:
+        """Open replicas for the journals known now, and follow changes."""
+        self._tasks["persister"] = asyncio.create_task(self.persister.run(), name="persister")
+        self._unobserve = self.keyspace.observe(self._on_change)
+        await self.sync()
+        self._tasks["sync"] = asyncio.create_task(self._follow(), name="broker-sync")
+
+    def _on_change(self, revision: int, events: list[Event]) -> None:
+        if any(ev.kv.key.startswith(self.layout.items) for ev in events):
+            self._changed.set()
+
+    async def _follow(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            await self.sync()
+
+    async def sync(self) -> None:
+        """Bring replicas in line with the specs in the keyspace."""
+        async with self._sync_lock:
+            specs = {e.value.name: e.value for e in self.keyspace.prefixed(self.layout.items)
+                     if isinstance(e.value, JournalSpec)}
+            for name, spec in specs.items():
+                replica = self.replicas.get(name)
+                if replica is None:
+                    replica = await Replica.open(
+                        spec, self.spool_root / name.replace("/", "%2F"), self.index,
+                        self.persister, self.store_for)
+                    self.replicas[name] = replica
+                    self._tasks[f"replica:{name}"] = asyncio.create_task(
+                        replica.run(), name=f"replica:{name}")
+                    log.info("serving %s from offset %d", name, replica.write_head)
+                elif replica.spec != spec:
+                    replica.update_spec(spec)
+            for name in [n for n in self.replicas if n not in specs]:
+                replica = self.replicas[name]
+                await self._stop(f"replica:{name}")
+                await replica.roll()  # hand the open spool to the persister
+                del self.replicas[name]
+                log.info("stopped serving %s (spec deleted)", name)
+
+    async def _stop(self, key: str) -> None:
+        """Cancel an owned task and wait until it has finished."""
+        task = self._tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self, drain_timeout: float = 30.0) -> None:
+        """Stop following etcd, roll every spool, wait (bounded) for the persister to
+        upload them, and stop every task."""
+        self._unobserve()
+        for key in [k for k in self._tasks if k != "persister"]:
+            await self._stop(key)
+        for replica in self.replicas.values():
+            await replica.roll()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.persister.wait_idle(), drain_timeout)
+        await self._stop("persister")
+        for store in self._stores.values():
+            await store.close()
