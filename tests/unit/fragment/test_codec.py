@@ -149,3 +149,49 @@ def test_paths_round_trip(begin: int, length: int, sha1: bytes, codec: Compressi
 def test_non_fragment_paths_are_rejected(path: str) -> None:
     with pytest.raises(ValidationError):
         Fragment.parse_path(path)
+
+
+# -- bounds and frames ----------------------------------------------------------------
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_limit_refuses_content_longer_than_the_fragment(codec: CompressionCodec) -> None:
+    stored = compress(codec, LINES)
+    d = Decompressor(codec, limit=len(LINES) - 1)
+    with pytest.raises(CodecError, match="exceeds"):
+        for part in chunked(stored, [4096] * (len(stored) // 4096 + 1)):
+            d.feed(part)
+        d.finish()
+    exact = Decompressor(codec, limit=len(LINES))
+    assert exact.feed(stored) + exact.finish() == LINES
+
+
+def test_zstd_streams_decode_frame_by_frame() -> None:
+    from gazette.fragment.codec import ZSTD_FRAME_BYTES
+    data = LINES * (3 * ZSTD_FRAME_BYTES // len(LINES) + 1)
+    c = Compressor(CompressionCodec.ZSTANDARD)
+    c.feed(data)
+    drained = c.drain()
+    stored = drained + c.finish()
+    assert drained  # whole frames are handed out before finish
+    d = Decompressor(CompressionCodec.ZSTANDARD)
+    first = d.feed(stored[: len(stored) // 2])
+    assert ZSTD_FRAME_BYTES <= len(first) < len(data)
+    assert first + d.feed(stored[len(stored) // 2:]) + d.finish() == data
+
+
+def test_fragment_decoder_reports_undecodable_and_mismatched_content() -> None:
+    from gazette.fragment.codec import FragmentDecoder
+    frag = Fragment("a/b", 0, len(LINES), hashlib.sha1(LINES).digest(),
+                    CompressionCodec.SNAPPY)
+    stored = compress(CompressionCodec.SNAPPY, LINES)
+    ok = FragmentDecoder(frag)
+    assert ok.feed(stored) + ok.finish() == LINES
+    with pytest.raises(CorruptFragment, match="corrupt fragment"):
+        bad = FragmentDecoder(frag)
+        bad.feed(b"\x00" + stored[1:])
+        bad.finish()
+    other = compress(CompressionCodec.SNAPPY, LINES[:-1] + b"X")
+    with pytest.raises(CorruptFragment, match="SHA-1"):
+        wrong = FragmentDecoder(frag)
+        wrong.feed(other)
+        wrong.finish()

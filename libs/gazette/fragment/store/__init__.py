@@ -1,29 +1,58 @@
 """Fragment stores: ``file:///`` under the broker's file root and ``s3://`` buckets,
 behind one interface (`FragmentStore`: list, get with a range, put, exists, remove, sign).
+
+`store_for` opens the store a journal spec's store URL names. Failures of a store surface
+as `StoreError` (`FragmentNotFound` for a missing fragment); a URL that cannot be opened
+as configured is a `ValidationError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from gazette.errors import ValidationError
-from gazette.fragment.store.base import FragmentNotFound, FragmentStore, StoreError
+from gazette.fragment.store.base import (
+    CHUNK_SIZE,
+    FragmentNotFound,
+    FragmentStore,
+    PutData,
+    StoreError,
+    not_a_store,
+)
 from gazette.fragment.store.file import FileStore
-from gazette.fragment.store.s3 import S3Store
+from gazette.fragment.store.s3 import S3ClientPool, S3Store, aclose_all, client_pool
 from gazette.protocol import validate_store_url
 
-__all__ = ["FileStore", "FragmentNotFound", "FragmentStore", "S3Store", "StoreError",
-           "store_for"]
+__all__ = [
+    "CHUNK_SIZE",
+    "FileStore",
+    "FragmentNotFound",
+    "FragmentStore",
+    "PutData",
+    "S3ClientPool",
+    "S3Store",
+    "StoreError",
+    "aclose_all",
+    "client_pool",
+    "store_for",
+]
 
 
 def store_for(url: str, *, file_root: Path | None = None,
-              env: Mapping[str, str] | None = None) -> FragmentStore:
-    """The store a (validated) store URL names."""
+              env: Mapping[str, str] | None = None,
+              s3_options: Mapping[str, Any] | None = None) -> FragmentStore:
+    """The store `url` names: a `FileStore` under `file_root` (the broker's
+    ``--broker.file-root``) for ``file:///...``, an `S3Store` for ``s3://...`` configured
+    from the URL and `env` (default ``os.environ``) with `s3_options` (keyword arguments
+    of `S3Store`: timeouts, retries, part sizes).
+
+    Cheap and synchronous: nothing is contacted until the store is used. Raises
+    ValidationError for a bad URL, or a file store without a file root."""
     validate_store_url(url, "store")
     if url.startswith("file:"):
         if file_root is None:
-            raise ValidationError("store", f"{url!r}: file stores need a file root "
-                                  "(--broker.file-root is not set)")
+            raise not_a_store(url, "file:// stores need the broker's file root "
+                              "(--broker.file-root is not set)")
         return FileStore(url, file_root)
-    return S3Store(url, env)
+    return S3Store(url, env, **(s3_options or {}))

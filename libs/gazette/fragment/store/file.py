@@ -1,107 +1,212 @@
-"""``file:///path/`` stores: a folder under the broker's ``--broker.file-root``.
+"""``file:///sub/dir/`` stores: a folder under the broker's ``--broker.file-root``.
 
-Blocking file calls run in worker threads, so a slow disk never stalls the event loop.
+The URL's path is relative to the file root (``file:///`` is the root itself) and may be
+percent-encoded (``file:///my%20store/`` is the folder ``my store``); it never reaches
+outside the root, not even through a symlink. This is the store of the tutorial and of
+tests: a local directory standing in for a BLOB store.
+
+Blocking file calls (open, read, write, fsync, directory walks) run in worker threads, so
+a slow or hung disk never stalls the event loop. A put writes a hidden temporary file in
+the fragment's folder (``.gz-put-*``), fsyncs it, renames it over the fragment's name and
+fsyncs the folder: readers and listings see the whole fragment or none of it. Temporary
+files left by a crash are skipped by listings but not cleaned up. Removing a fragment
+leaves its (possibly empty) folders in place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
-import tempfile
+import secrets
+import shutil
+import urllib.parse
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 from gazette.fragment.fragment import Fragment
 from gazette.fragment.index import from_listing
-from gazette.fragment.store.base import CHUNK_SIZE, FragmentNotFound, FragmentStore, StoreError
+from gazette.fragment.store.base import (
+    CHUNK_SIZE,
+    FragmentNotFound,
+    FragmentStore,
+    Payload,
+    PutData,
+    StoreError,
+    check_journal,
+    check_range,
+    not_a_store,
+    object_path,
+    split_put_data,
+)
+from gazette.protocol import validate_store_url
+
+#: Name prefix of the temporary files of puts in progress (hidden, never a fragment name).
+TEMP_PREFIX = ".gz-put-"
 
 
 class FileStore(FragmentStore):
+    """Fragments as files under ``file_root / <url path>``."""
+
     def __init__(self, url: str, file_root: Path) -> None:
+        validate_store_url(url, "store")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "file":
+            raise not_a_store(url, "not a file:// store")
         self.url = url
-        root = file_root.resolve()
-        self.root = (root / url.removeprefix("file://").lstrip("/")).resolve()
-        if self.root != root and root not in self.root.parents:
-            raise StoreError(url, "open", str(self.root), f"escapes the file root {root}")
+        #: The broker's file root, resolved.
+        self.file_root = Path(file_root).resolve()
+        #: This store's folder (it need not exist yet: puts create it).
+        self.root = (self.file_root / urllib.parse.unquote(parts.path).lstrip("/")).resolve()
+        if not self.root.is_relative_to(self.file_root):
+            raise not_a_store(url, f"resolves to {self.root}, outside the file root "
+                              f"{self.file_root}")
 
-    def _path(self, fragment: Fragment) -> Path:
-        return self.root / fragment.path
+    def path_of(self, fragment: Fragment) -> Path:
+        """The file of `fragment` in this store."""
+        return self.root / object_path(fragment)
 
-    def _fail(self, op: str, fragment: Fragment, exc: OSError) -> StoreError:
+    def _error(self, op: str, obj: str, exc: OSError) -> StoreError:
         cls = FragmentNotFound if isinstance(exc, FileNotFoundError) else StoreError
-        return cls(self.url, op, fragment.path, str(exc))
+        return cls(self.url, op, obj, f"{type(exc).__name__}: {exc}")
 
     async def list(self, journal: str) -> list[Fragment]:
-        def walk() -> list[tuple[str, int]]:
-            base = self.root / journal
-            found = []
-            for folder, _, files in os.walk(base):
-                for name in files:
-                    full = Path(folder) / name
-                    if name.startswith(".tmp-"):
-                        continue  # a put in progress
-                    found.append((str(full.relative_to(self.root)), int(full.stat().st_mtime)))
-            return found
-
+        base = self.root / check_journal(journal)
         try:
-            paths = await asyncio.to_thread(walk)
+            found = await asyncio.to_thread(_walk, self.root, base)
         except OSError as exc:
-            raise StoreError(self.url, "list", journal, str(exc)) from exc
-        return [f for f in from_listing(paths, self.url) if f.journal == journal]
+            raise StoreError(self.url, "list", journal, f"{type(exc).__name__}: {exc}") from exc
+        return [f for f in from_listing(found, self.url) if f.journal == journal]
 
     async def get(self, fragment: Fragment, begin: int = 0,
                   end: int | None = None) -> AsyncIterator[bytes]:
+        check_range(begin, end)
+        path = self.path_of(fragment)
         try:
-            fh = await asyncio.to_thread(open, self._path(fragment), "rb")
+            fd = await _open_for_reading(path)
         except OSError as exc:
-            raise self._fail("get", fragment, exc) from exc
+            raise self._error("get", fragment.path, exc) from exc
         try:
-            await asyncio.to_thread(fh.seek, begin)
-            left = None if end is None else end - begin
-            while left is None or left > 0:
-                n = CHUNK_SIZE if left is None else min(CHUNK_SIZE, left)
-                chunk = await asyncio.to_thread(fh.read, n)
+            pos = begin
+            while end is None or pos < end:
+                n = CHUNK_SIZE if end is None else min(CHUNK_SIZE, end - pos)
+                try:
+                    chunk = await asyncio.to_thread(os.pread, fd, n, pos)
+                except OSError as exc:
+                    raise self._error("get", fragment.path, exc) from exc
                 if not chunk:
                     return
-                if left is not None:
-                    left -= len(chunk)
+                pos += len(chunk)
                 yield chunk
-        except OSError as exc:
-            raise self._fail("get", fragment, exc) from exc
         finally:
-            fh.close()
+            os.close(fd)
 
-    async def put(self, fragment: Fragment, data: bytes) -> None:
-        path = self._path(fragment)
-
-        def write() -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)  # atomic: readers see the whole file or none
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-
+    async def put(self, fragment: Fragment, data: PutData) -> None:
+        path = self.path_of(fragment)
+        payload, source = split_put_data(data)
         try:
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(_write_atomically, path, payload, source)
         except OSError as exc:
-            raise self._fail("put", fragment, exc) from exc
+            if (source is not None and exc.filename is not None
+                    and os.fspath(exc.filename) == os.fspath(source)):
+                reason = f"cannot read the local file {source}: {exc.strerror}"
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
+            raise StoreError(self.url, "put", fragment.path, reason) from exc
 
     async def exists(self, fragment: Fragment) -> bool:
-        return await asyncio.to_thread(self._path(fragment).is_file)
+        try:
+            return await asyncio.to_thread(self.path_of(fragment).is_file)
+        except OSError as exc:
+            raise self._error("exists", fragment.path, exc) from exc
 
     async def remove(self, fragment: Fragment) -> None:
         try:
-            await asyncio.to_thread(self._path(fragment).unlink)
+            await asyncio.to_thread(self.path_of(fragment).unlink, missing_ok=True)
         except OSError as exc:
-            raise self._fail("remove", fragment, exc) from exc
+            raise self._error("remove", fragment.path, exc) from exc
 
     async def sign(self, fragment: Fragment, ttl: timedelta) -> str:
-        """A ``file://`` URL of the fragment: useful only to clients on this machine."""
-        return self._path(fragment).as_uri()
+        """A ``file://`` URL of the fragment's absolute path. Only useful to clients on
+        this machine (or sharing this file system at the same path); `ttl` is ignored."""
+        return self.path_of(fragment).as_uri()
+
+
+async def _open_for_reading(path: Path) -> int:
+    """A read-only fd of `path`, opened in a worker thread; closed again if we are
+    cancelled while the thread opens it (so that no fd leaks)."""
+    opening = asyncio.ensure_future(
+        asyncio.to_thread(os.open, path, os.O_RDONLY | os.O_CLOEXEC))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_opened)
+        raise
+
+
+def _close_opened(opening: asyncio.Future[int]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        os.close(opening.result())
+
+
+def _write_atomically(path: Path, payload: Payload | None, source: Path | None) -> None:
+    """Write `payload` (or copy `source`) to a temp file beside `path`, fsync it, rename it
+    to `path` and fsync the folder, so `path` is absent or whole, even across a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f"{TEMP_PREFIX}{secrets.token_hex(8)}-{path.name}"
+    # Not mkstemp: its 0600 mode would hide fragments from other local readers of the
+    # signed file:// URLs; with 0666 the process umask decides, as for any file.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with open(fd, "wb") as out:
+            if payload is not None:
+                out.write(payload)
+            elif source is not None:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, out, CHUNK_SIZE)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable (a no-op where folders cannot be fsynced)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _walk(root: Path, folder: Path) -> list[tuple[str, int]]:
+    """(path relative to the store, mtime) of every file under `folder`, recursively,
+    except temporary files of puts in progress."""
+    out: list[tuple[str, int]] = []
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            with os.scandir(current) as scan:
+                entries = list(scan)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # nothing stored yet, or removed meanwhile
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+                elif not entry.name.startswith(TEMP_PREFIX) and entry.is_file():
+                    mtime = int(entry.stat().st_mtime)
+                    out.append((Path(entry.path).relative_to(root).as_posix(), mtime))
+            except FileNotFoundError:
+                continue  # removed while we looked
+    return out

@@ -1,159 +1,568 @@
 """``s3://bucket/prefix/`` stores, through aiobotocore.
 
-Query parameters of the store URL: ``endpoint`` (an S3-compatible server such as MinIO),
-``region``, ``profile``, ``storage_class``, ``sse``, ``acl``. Credentials come from the
-standard AWS chain (environment, profile, instance metadata). With an ``endpoint``,
-addressing is path-style (what MinIO and moto expect), else virtual-host style; set
-``AWS_S3_ADDRESSING_STYLE`` to choose.
+Fragments are the objects ``<prefix><journal>/[<postfix>/]<name>`` of the bucket (the
+prefix is the URL's path, percent-decoded, without its leading ``/``). Query parameters
+of the store URL:
+
+* ``endpoint``: an S3-compatible server (MinIO, moto, ...), e.g. ``http://minio:9000``;
+* ``region``: the bucket's region; ``profile``: an AWS profile of the config files;
+* ``storage_class``, ``sse`` (``ServerSideEncryption``) and ``acl``: applied to puts.
+
+Without them, the standard AWS settings apply, read from `env` (``os.environ`` unless
+given): ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, ``AWS_REGION`` /
+``AWS_DEFAULT_REGION``, ``AWS_PROFILE``, ``AWS_CONFIG_FILE``,
+``AWS_SHARED_CREDENTIALS_FILE``, and credentials ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN`` (unless the URL names a ``profile``,
+which then wins). Anything else of botocore's credential chain (web identity, SSO,
+container and instance metadata) reads the process environment as usual.
+
+Addressing is path-style (``endpoint/bucket/key``, what MinIO and moto expect) when an
+endpoint is configured, else botocore's choice (the profile's ``s3.addressing_style`` or
+virtual-host style); ``AWS_S3_ADDRESSING_STYLE`` (``path``, ``virtual``, ``auto``) or the
+`addressing_style` argument overrides both. Signatures are SigV4.
+
+Clients. An aiobotocore client owns a pool of HTTP connections and is bound to the event
+loop it was made on, so clients are shared per event loop by every store with the same
+client settings (endpoint, region, profile, credentials, timeouts): a broker with
+hundreds of journals in one bucket, under different prefixes, keeps one connection pool.
+A store takes a reference to its client on first use and drops it on `S3Store.close`; the
+last reference closes the client. `aclose_all` closes every client of the running loop at
+once (stores then reconnect if used again).
+
+Timeouts and retries. botocore retries throttling, 5xx and connection errors itself
+("standard" mode, `max_attempts` attempts in all), each attempt bounded by
+`connect_timeout` and `read_timeout`; every call is also bounded by `op_timeout` as a
+whole (and each chunk of a get), so a hung endpoint fails the operation with a
+`StoreError` rather than blocking the caller, who retries (the persister does, forever).
+Puts do not send ``Expect: 100-continue``: aiohttp waits for the ``100 Continue`` of a
+frozen server with no read timeout at all, so it would hang until `op_timeout`.
+
+Puts. Up to `multipart_threshold` bytes, one PutObject; larger objects are uploaded in
+parts of `part_size` (a multipart upload, read from a local file one part at a time in a
+worker thread): S3 makes either visible whole, on completion, never partially. A failed
+or cancelled multipart upload is aborted (best effort: a bucket lifecycle rule
+"AbortIncompleteMultipartUpload" should collect what a crash leaves). Every object gets
+``Content-Type: application/octet-stream``. ``Content-Encoding: gzip`` is set only for
+the GZIP_OFFLOAD_DECOMPRESSION codec, as Gazette does: that codec exists so that HTTP
+clients of signed URLs (and stores that transcode, like GCS) decompress transparently.
+Plain GZIP fragments get no Content-Encoding, so every client sees the stored bytes the
+fragment's codec and SHA-1 describe. Our own `get` always yields the stored bytes (the
+client sends ``Accept-Encoding: identity`` and never decompresses).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import logging
 import os
+import threading
 import urllib.parse
+import weakref
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+import botocore.exceptions
+import botocore.loaders
 from aiobotocore.session import AioSession
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gazette.fragment.fragment import Fragment
 from gazette.fragment.index import from_listing
-from gazette.fragment.store.base import CHUNK_SIZE, FragmentNotFound, FragmentStore, StoreError
+from gazette.fragment.store.base import (
+    CHUNK_SIZE,
+    FragmentNotFound,
+    FragmentStore,
+    Payload,
+    PutData,
+    StoreError,
+    check_journal,
+    check_range,
+    not_a_store,
+    object_path,
+    split_put_data,
+)
+from gazette.protocol import CompressionCodec, validate_store_url
 
-_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
-#: What an S3 call raises when it fails (TimeoutError: our own bound, `op_timeout`).
-_FAILURES = (BotoCoreError, ClientError, TimeoutError)
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+#: S3's smallest part (but the last) and largest number of parts of a multipart upload.
+MIN_PART_SIZE, MAX_PARTS = 5 * MiB, 10_000
+#: The longest a SigV4 presigned URL may live.
+MAX_SIGN_TTL = timedelta(days=7)
+ADDRESSING_STYLES = ("auto", "path", "virtual")
+
+_NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
+#: What an S3 call raises when it fails (TimeoutError, an OSError: our own bound,
+#: `op_timeout`; aiohttp errors aiobotocore did not wrap).
+_FAILURES = (BotoCoreError, ClientError, aiohttp.ClientError, OSError)
+
+
+def _error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+# -- clients ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Everything an S3 client is made from: stores with equal settings share one."""
+
+    endpoint: str | None
+    region: str | None
+    profile: str | None
+    addressing_style: str | None
+    connect_timeout: float
+    read_timeout: float
+    max_attempts: int
+    max_connections: int
+    config_file: str | None = None
+    credentials_file: str | None = None
+    #: (access key id, secret, session token) given explicitly, or None for the chain.
+    credentials: tuple[str, str, str | None] | None = field(default=None, repr=False)
+
+    def config(self) -> Config:
+        return Config(
+            signature_version="s3v4",
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
+            max_pool_connections=self.max_connections,
+            s3={"addressing_style": self.addressing_style} if self.addressing_style else None,
+        )
+
+
+_loader: botocore.loaders.Loader | None = None
+_loader_lock = threading.Lock()
+
+
+def _warm_loader() -> botocore.loaders.Loader:
+    """A botocore data loader with everything an S3 client needs already read (service
+    model, endpoint rules, partitions: tens of milliseconds of file reads and JSON
+    parsing), shared by every client of the process. Runs in a worker thread."""
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            loader = botocore.loaders.create_loader()
+            # What making an S3 client and a paginator loads (keyed as the client asks).
+            with contextlib.suppress(botocore.exceptions.DataNotFoundError):
+                for name in ("sdk-default-configuration", "partitions", "_retry"):
+                    loader.load_data(name)
+                loader.load_service_model("s3", "service-2")
+                loader.load_service_model("s3", "endpoint-rule-set-1")
+                api_version = loader.determine_latest_version("s3", "service-2")
+                loader.load_service_model("s3", "paginators-1", api_version)
+            _loader = loader
+        return _loader
+
+
+def _no_expect_continue(request: Any, **_: Any) -> None:
+    """Drop ``Expect: 100-continue`` (see the module doc: it defeats the read timeout)."""
+    if "Expect" in request.headers:
+        del request.headers["Expect"]
+
+
+class _Client:
+    """One shared aiobotocore client: its settings, users and lifetime."""
+
+    def __init__(self, pool: S3ClientPool, settings: ClientSettings,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.pool, self.settings, self.loop = pool, settings, loop
+        self.refs = 0
+        self.closed = False
+        self.client: Any = None
+        self._context: Any = None
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.opening: asyncio.Future[None] | None = None  # (a task needs a reference)
+
+    async def open(self) -> None:
+        s = self.settings
+        loader = await asyncio.to_thread(_warm_loader)
+        session = AioSession(profile=s.profile)
+        session.register_component("data_loader", loader)
+        if s.config_file:
+            session.set_config_variable("config_file", s.config_file)
+        if s.credentials_file:
+            session.set_config_variable("credentials_file", s.credentials_file)
+        creds: dict[str, str] = {}
+        if s.credentials is not None:
+            creds = {"aws_access_key_id": s.credentials[0],
+                     "aws_secret_access_key": s.credentials[1]}
+            if s.credentials[2]:
+                creds["aws_session_token"] = s.credentials[2]
+        context = session.create_client("s3", region_name=s.region, endpoint_url=s.endpoint,
+                                        config=s.config(), **creds)
+        client = await context.__aenter__()
+        client.meta.events.register("before-send.s3", _no_expect_continue)
+        self.client, self._context = client, context
+
+    async def aclose(self) -> None:
+        self.closed = True
+        context, self._context, self.client = self._context, None, None
+        if context is not None:
+            await context.__aexit__(None, None, None)
+
+
+class S3ClientPool:
+    """The S3 clients of one event loop, one per distinct `ClientSettings`, counted by
+    the stores that use them. Use `client_pool()` for the running loop's pool."""
+
+    def __init__(self) -> None:
+        self._clients: dict[ClientSettings, _Client] = {}
+
+    def __len__(self) -> int:
+        """How many clients are open (or opening)."""
+        return len(self._clients)
+
+    async def acquire(self, settings: ClientSettings) -> _Client:
+        """A reference to the client for `settings`, opened if need be (concurrent
+        callers share one opening; a failed opening is retried by the next call)."""
+        while True:
+            entry = self._clients.get(settings)
+            if entry is None:
+                entry = _Client(self, settings, asyncio.get_running_loop())
+                self._clients[settings] = entry
+                entry.opening = asyncio.ensure_future(entry.open())
+                entry.opening.add_done_callback(functools.partial(self._opened, entry))
+            await asyncio.shield(entry.ready)
+            if not entry.closed:
+                entry.refs += 1
+                return entry
+
+    def _opened(self, entry: _Client, task: asyncio.Future[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if task.cancelled() or exc is not None:
+            if self._clients.get(entry.settings) is entry:
+                del self._clients[entry.settings]
+            entry.closed = True
+            if exc is None:
+                entry.ready.cancel()
+            else:
+                entry.ready.set_exception(exc)
+                entry.ready.exception()  # retrieved: waiters, if any, re-raise it
+        else:
+            entry.ready.set_result(None)
+
+    async def release(self, entry: _Client) -> None:
+        """Drop a reference from `acquire`; the last one closes the client."""
+        entry.refs -= 1
+        if entry.refs <= 0 and not entry.closed:
+            await self._close(entry)
+
+    async def _close(self, entry: _Client) -> None:
+        if self._clients.get(entry.settings) is entry:
+            del self._clients[entry.settings]
+        await entry.aclose()
+
+    async def aclose(self) -> None:
+        """Close every client (waiting for those being opened), whoever uses them."""
+        entries = list(self._clients.values())
+        await asyncio.gather(*(e.ready for e in entries), return_exceptions=True)
+        for entry in entries:
+            if not entry.closed:
+                await self._close(entry)
+
+
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, S3ClientPool] = (
+    weakref.WeakKeyDictionary())
+
+
+def client_pool() -> S3ClientPool:
+    """The S3 client pool of the running event loop."""
+    loop = asyncio.get_running_loop()
+    pool = _POOLS.get(loop)
+    if pool is None:
+        pool = _POOLS[loop] = S3ClientPool()
+    return pool
+
+
+async def aclose_all() -> None:
+    """Close every S3 client of the running event loop (e.g. at shutdown, after the
+    stores are done): stores still in use reconnect."""
+    pool = _POOLS.get(asyncio.get_running_loop())
+    if pool is not None:
+        await pool.aclose()
+
+
+# -- the store -------------------------------------------------------------------------
 
 
 class S3Store(FragmentStore):
-    def __init__(self, url: str, env: Mapping[str, str] | None = None,
+    """Fragments as objects of an S3 bucket (see the module doc)."""
+
+    def __init__(self, url: str, env: Mapping[str, str] | None = None, *,
                  connect_timeout: float = 10.0, read_timeout: float = 60.0,
-                 max_attempts: int = 3, op_timeout: float = 300.0) -> None:
-        self.url = url
-        #: Bound on any one call (each chunk, for gets): a frozen S3 endpoint must fail
-        #: the operation, so the persister can retry, not hang it.
-        self.op_timeout = op_timeout
+                 max_attempts: int = 3, op_timeout: float = 300.0,
+                 addressing_style: str | None = None,
+                 part_size: int = 16 * MiB, multipart_threshold: int = 32 * MiB,
+                 max_connections: int = 32) -> None:
+        validate_store_url(url, "store")
         parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "s3":
+            raise not_a_store(url, "not an s3:// store")
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part_size {part_size} is below S3's minimum {MIN_PART_SIZE}")
+        if min(connect_timeout, read_timeout, op_timeout) <= 0 or max_attempts < 1:
+            raise ValueError("timeouts must be positive and max_attempts at least 1")
+        self.url = url
         self.bucket = parts.netloc
-        self.prefix = parts.path.lstrip("/")
-        query = {k: v[0] for k, v in urllib.parse.parse_qs(parts.query).items()}
+        #: Key prefix of every object ("" or ending in "/").
+        self.prefix = urllib.parse.unquote(parts.path).lstrip("/")
+        #: Bound on any one call as a whole (and on each chunk of a get).
+        self.op_timeout = op_timeout
+        self.part_size, self.multipart_threshold = part_size, multipart_threshold
+        query = {k: v[0] for k, v in urllib.parse.parse_qs(parts.query).items() if v[0]}
         env = os.environ if env is None else env
-        self._endpoint = query.get("endpoint") or None
-        self._region = (query.get("region") or env.get("AWS_REGION")
-                        or env.get("AWS_DEFAULT_REGION") or "us-east-1")
+
+        endpoint = query.get("endpoint")
+        ignore_env_endpoint = env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower()
+        if endpoint is None and ignore_env_endpoint != "true":
+            endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        if endpoint is not None:
+            ep = urllib.parse.urlsplit(endpoint)
+            if ep.scheme not in ("http", "https") or not ep.netloc:
+                raise not_a_store(url, f"endpoint {endpoint!r} is not an http(s):// URL")
+        style = addressing_style or env.get("AWS_S3_ADDRESSING_STYLE") or (
+            "path" if endpoint else None)
+        if style is not None and style not in ADDRESSING_STYLES:
+            raise not_a_store(url, f"addressing style {style!r} is not one of "
+                              f"{', '.join(ADDRESSING_STYLES)}")
+        profile = query.get("profile")
+        credentials = None
+        key_id, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+        if profile is None and key_id and secret:
+            credentials = (key_id, secret, env.get("AWS_SESSION_TOKEN") or None)
+        self.settings = ClientSettings(
+            endpoint=endpoint,
+            region=query.get("region") or env.get("AWS_REGION")
+            or env.get("AWS_DEFAULT_REGION") or None,
+            # From os.environ, botocore reads AWS_PROFILE itself: naming it explicitly
+            # would also switch off the environment's web identity (IRSA) settings.
+            profile=profile or (env.get("AWS_PROFILE") if env is not os.environ else None)
+            or None,
+            addressing_style=style,
+            connect_timeout=connect_timeout, read_timeout=read_timeout,
+            max_attempts=max_attempts, max_connections=max_connections,
+            config_file=env.get("AWS_CONFIG_FILE") or None,
+            credentials_file=env.get("AWS_SHARED_CREDENTIALS_FILE") or None,
+            credentials=credentials,
+        )
         self._put_args = {k: v for k, v in (("StorageClass", query.get("storage_class")),
                                             ("ServerSideEncryption", query.get("sse")),
                                             ("ACL", query.get("acl"))) if v}
-        style = env.get("AWS_S3_ADDRESSING_STYLE") or ("path" if self._endpoint else "auto")
-        self._config = Config(s3={"addressing_style": style}, connect_timeout=connect_timeout,
-                              read_timeout=read_timeout,
-                              retries={"max_attempts": max_attempts, "mode": "standard"})
-        self._session = AioSession(profile=query.get("profile"))
-        self._credentials = {
-            k: env[e] for k, e in (("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
-                                   ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-                                   ("aws_session_token", "AWS_SESSION_TOKEN")) if env.get(e)}
-        self._client: Any = None
-        self._client_cm: Any = None
+        self._lease: _Client | None = None
+        self._background: set[asyncio.Future[None]] = set()
 
-    async def _s3(self) -> Any:
-        """The client, created on first use and kept until `close()`."""
-        if self._client is None:
-            self._client_cm = self._session.create_client(
-                "s3", region_name=self._region, endpoint_url=self._endpoint,
-                config=self._config, **self._credentials)
-            self._client = await self._client_cm.__aenter__()
-        return self._client
+    # -- the client --------------------------------------------------------------------
+
+    async def client(self) -> Any:
+        """The aiobotocore S3 client of this store (shared with the running loop's other
+        stores of equal settings), opened on first use. Do not close it yourself."""
+        loop = asyncio.get_running_loop()
+        lease = self._lease
+        if lease is not None and not lease.closed and lease.loop is loop:
+            return lease.client
+        pool = client_pool()
+        entry = await pool.acquire(self.settings)
+        current = self._lease
+        if (current is not None and current is not lease and not current.closed
+                and current.loop is loop):
+            await pool.release(entry)  # another task of this store got one meanwhile
+            return current.client
+        # A lease of another (likely closed) loop cannot be released from here; drop it.
+        self._lease = entry
+        return entry.client
 
     async def close(self) -> None:
-        if self._client_cm is not None:
-            cm, self._client, self._client_cm = self._client_cm, None, None
-            await cm.__aexit__(None, None, None)
+        """Drop this store's reference to its client (the last user closes it)."""
+        lease, self._lease = self._lease, None
+        # (A lease of another loop cannot be released from this one; it is dropped.)
+        if (lease is not None and not lease.closed
+                and lease.loop is asyncio.get_running_loop()):
+            await lease.pool.release(lease)
+
+    # -- helpers -----------------------------------------------------------------------
 
     def _key(self, fragment: Fragment) -> str:
-        return self.prefix + fragment.path
+        return self.prefix + object_path(fragment)
 
-    def _fail(self, op: str, obj: str, exc: Exception) -> StoreError:
-        code = exc.response.get("Error", {}).get("Code", "") if isinstance(
-            exc, ClientError) else ""
-        cls = FragmentNotFound if code in _NOT_FOUND else StoreError
-        reason = str(exc) or f"no answer within {self.op_timeout}s"
+    def _fail(self, op: str, obj: str, exc: BaseException) -> StoreError:
+        cls = FragmentNotFound if _error_code(exc) in _NOT_FOUND else StoreError
+        if isinstance(exc, TimeoutError) and not isinstance(exc, BotoCoreError):
+            reason = f"no answer within {self.op_timeout:g}s"
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
         return cls(self.url, op, obj, reason)
 
-    async def list(self, journal: str) -> list[Fragment]:
+    async def _call(self, op: str, obj: str, method: str, **kwargs: Any) -> Any:
+        """``client.<method>(**kwargs)`` within `op_timeout`, failures as StoreError."""
         try:
             async with asyncio.timeout(self.op_timeout):
-                s3 = await self._s3()
-                paths = []
-                async for page in s3.get_paginator("list_objects_v2").paginate(
-                        Bucket=self.bucket, Prefix=f"{self.prefix}{journal}/"):
-                    for obj in page.get("Contents", ()):
-                        paths.append((obj["Key"][len(self.prefix):],
-                                      int(obj["LastModified"].timestamp())))
+                s3 = await self.client()
+                return await getattr(s3, method)(**kwargs)
+        except _FAILURES as exc:
+            raise self._fail(op, obj, exc) from exc
+
+    # -- operations --------------------------------------------------------------------
+
+    async def list(self, journal: str) -> list[Fragment]:
+        check_journal(journal)
+        found: list[tuple[str, int]] = []
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                s3 = await self.client()
+            pages = s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{self.prefix}{journal}/").__aiter__()
+            while True:
+                async with asyncio.timeout(self.op_timeout):  # each page
+                    try:
+                        page = await pages.__anext__()
+                    except StopAsyncIteration:
+                        break
+                for obj in page.get("Contents", ()):
+                    found.append((obj["Key"][len(self.prefix):],
+                                  int(obj["LastModified"].timestamp())))
         except _FAILURES as exc:
             raise self._fail("list", journal, exc) from exc
-        return [f for f in from_listing(paths, self.url) if f.journal == journal]
+        return [f for f in from_listing(found, self.url) if f.journal == journal]
 
     async def get(self, fragment: Fragment, begin: int = 0,
                   end: int | None = None) -> AsyncIterator[bytes]:
+        check_range(begin, end)
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(fragment)}
+        if end is not None and end == begin:
+            # No Range can say "nothing" (S3 ignores an invalid one and sends it all).
+            if not await self.exists(fragment):
+                raise FragmentNotFound(self.url, "get", fragment.path, "NoSuchKey")
+            return
         if begin or end is not None:
             args["Range"] = f"bytes={begin}-{'' if end is None else end - 1}"
         try:
-            async with asyncio.timeout(self.op_timeout):
-                s3 = await self._s3()
-                resp = await s3.get_object(**args)
-            async with resp["Body"] as body:
-                while True:
+            resp = await self._call("get", fragment.path, "get_object", **args)
+        except StoreError as exc:
+            if _error_code(exc.__cause__ or exc) == "InvalidRange":
+                return  # begins at or after the end of the object: nothing to read
+            raise
+        body = resp["Body"]
+        try:
+            while True:
+                try:
                     async with asyncio.timeout(self.op_timeout):
                         chunk = await body.read(CHUNK_SIZE)
-                    if not chunk:
-                        return
-                    yield chunk
-        except _FAILURES as exc:
-            raise self._fail("get", fragment.path, exc) from exc
+                except _FAILURES as exc:
+                    raise self._fail("get", fragment.path, exc) from exc
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            body.close()
 
-    async def put(self, fragment: Fragment, data: bytes) -> None:
-        """One PutObject: S3 makes an object visible whole or not at all."""
+    async def put(self, fragment: Fragment, data: PutData) -> None:
+        key, obj = self._key(fragment), fragment.path
+        payload, source = split_put_data(data)
+        extra: dict[str, str] = {"ContentType": "application/octet-stream", **self._put_args}
+        if fragment.codec == CompressionCodec.GZIP_OFFLOAD_DECOMPRESSION:
+            extra["ContentEncoding"] = "gzip"
         try:
-            async with asyncio.timeout(self.op_timeout):
-                s3 = await self._s3()
-                await s3.put_object(Bucket=self.bucket, Key=self._key(fragment), Body=data,
-                                    ContentType="application/octet-stream", **self._put_args)
-        except _FAILURES as exc:
-            raise self._fail("put", fragment.path, exc) from exc
+            if payload is not None:
+                size = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+            else:
+                assert source is not None
+                size = await asyncio.to_thread(os.path.getsize, source)
+            if size <= self.multipart_threshold:
+                if payload is None:
+                    assert source is not None
+                    payload = await asyncio.to_thread(source.read_bytes)
+                body = payload if isinstance(payload, bytes) else bytes(payload)
+                await self._call("put", obj, "put_object", Bucket=self.bucket, Key=key,
+                                 Body=body, **extra)
+            else:
+                await self._put_multipart(obj, key, size, payload, source, extra)
+        except OSError as exc:  # reading the local file (S3 failures are StoreErrors)
+            raise StoreError(self.url, "put", obj,
+                             f"cannot read the local file {source}: {exc}") from exc
+
+    async def _put_multipart(self, obj: str, key: str, size: int, payload: Payload | None,
+                             source: Path | None, extra: Mapping[str, str]) -> None:
+        part_size = max(self.part_size, -(-size // MAX_PARTS))
+        created = await self._call("put", obj, "create_multipart_upload", Bucket=self.bucket,
+                                   Key=key, **extra)
+        upload_id = created["UploadId"]
+        try:
+            parts = []
+            for number, offset in enumerate(range(0, size, part_size), start=1):
+                want = min(part_size, size - offset)
+                if payload is not None:
+                    chunk = bytes(payload[offset:offset + want])
+                else:
+                    assert source is not None
+                    chunk = await asyncio.to_thread(_read_at, source, offset, want)
+                    if len(chunk) != want:
+                        raise StoreError(self.url, "put", obj, f"the local file {source} "
+                                         f"changed size during the upload (was {size})")
+                done = await self._call("put", obj, "upload_part", Bucket=self.bucket,
+                                        Key=key, UploadId=upload_id, PartNumber=number,
+                                        Body=chunk)
+                parts.append({"ETag": done["ETag"], "PartNumber": number})
+            await self._call("put", obj, "complete_multipart_upload", Bucket=self.bucket,
+                             Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
+        except BaseException:
+            # Abort even when cancelled: in a task of its own, which a second
+            # cancellation does not stop.
+            abort = asyncio.ensure_future(self._abort(obj, key, upload_id))
+            self._background.add(abort)
+            abort.add_done_callback(self._background.discard)
+            await asyncio.shield(abort)
+            raise
+
+    async def _abort(self, obj: str, key: str, upload_id: str) -> None:
+        try:
+            await self._call("put", obj, "abort_multipart_upload", Bucket=self.bucket,
+                             Key=key, UploadId=upload_id)
+        except StoreError as exc:
+            log.warning("%s: could not abort the multipart upload of %s (%s); a bucket "
+                        "lifecycle rule must collect it", self.url, obj, exc)
 
     async def exists(self, fragment: Fragment) -> bool:
         try:
-            async with asyncio.timeout(self.op_timeout):
-                s3 = await self._s3()
-                await s3.head_object(Bucket=self.bucket, Key=self._key(fragment))
-            return True
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code", "") in _NOT_FOUND:
-                return False
-            raise self._fail("exists", fragment.path, exc) from exc
-        except (BotoCoreError, TimeoutError) as exc:
-            raise self._fail("exists", fragment.path, exc) from exc
+            await self._call("exists", fragment.path, "head_object", Bucket=self.bucket,
+                             Key=self._key(fragment))
+        except FragmentNotFound:
+            return False
+        return True
 
     async def remove(self, fragment: Fragment) -> None:
-        try:
-            async with asyncio.timeout(self.op_timeout):
-                s3 = await self._s3()
-                await s3.delete_object(Bucket=self.bucket, Key=self._key(fragment))
-        except _FAILURES as exc:
-            raise self._fail("remove", fragment.path, exc) from exc
+        await self._call("remove", fragment.path, "delete_object", Bucket=self.bucket,
+                         Key=self._key(fragment))
 
     async def sign(self, fragment: Fragment, ttl: timedelta) -> str:
-        """A presigned GET URL, valid for `ttl`."""
+        """A presigned GET URL of the fragment's object, valid for `ttl` (at least a
+        second, at most the 7 days SigV4 allows; with temporary credentials, no longer
+        than they last)."""
+        seconds = int(min(max(ttl, timedelta(seconds=1)), MAX_SIGN_TTL).total_seconds())
+        params = {"Bucket": self.bucket, "Key": self._key(fragment)}
         try:
-            s3 = await self._s3()
-            return str(await s3.generate_presigned_url(
-                "get_object", Params={"Bucket": self.bucket, "Key": self._key(fragment)},
-                ExpiresIn=max(1, int(ttl.total_seconds()))))
+            async with asyncio.timeout(self.op_timeout):
+                s3 = await self.client()
+            url = await s3.generate_presigned_url("get_object", Params=params,
+                                                  ExpiresIn=seconds)
         except _FAILURES as exc:
             raise self._fail("sign", fragment.path, exc) from exc
+        return str(url)
+
+
+def _read_at(path: Path, offset: int, size: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(size)
+
