@@ -14,7 +14,13 @@ from gazette.fragment.codec import (
     compress,
     decompress,
 )
-from gazette.fragment.fragment import CODEC_EXTENSIONS, EMPTY_SHA1, Fragment
+from gazette.fragment.fragment import (
+    CODEC_EXTENSIONS,
+    EMPTY_SHA1,
+    Fragment,
+    fragment_from_pb,
+    fragment_to_pb,
+)
 from gazette.fragment.index import FragmentIndex, FragmentSet, from_listing
 from gazette.fragment.persister import Persister
 from gazette.fragment.spool import ClosedSpool, Spool
@@ -35,5 +41,7 @@ __all__ = [
     "Spool",
     "compress",
     "decompress",
+    "fragment_from_pb",
+    "fragment_to_pb",
     "from_listing",
 ]

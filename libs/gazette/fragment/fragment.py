@@ -107,3 +107,17 @@ def fragment_to_pb(fragment: Fragment) -> Any:
         journal=fragment.journal, begin=fragment.begin, end=fragment.end, sha1=fragment.sha1,
         compression_codec=codec_to_pb(fragment.codec), backing_store=fragment.backing_store,
         mod_time=fragment.mod_time, path_postfix=fragment.path_postfix)
+
+
+def fragment_from_pb(msg: Any, field: str = "fragment") -> Fragment:
+    """A `Fragment` from its `gazette.broker.Fragment` message (`ValidationError` naming
+    `field` if it is not a valid one)."""
+    from gazette.protocol.convert import codec_from_pb
+
+    sha1 = msg.sha1 or EMPTY_SHA1
+    try:
+        return Fragment(msg.journal, msg.begin, msg.end, sha1,
+                        codec_from_pb(msg.compression_codec, f"{field}.compression_codec"),
+                        msg.backing_store, msg.mod_time, msg.path_postfix)
+    except ValidationError as err:
+        raise err.within(field) from None

@@ -42,6 +42,12 @@ def codec_to_pb(codec: CompressionCodec) -> bpb.CompressionCodec.ValueType:
     return _CODEC_TO_PB[codec]
 
 
+def codec_from_pb(value: int, field: str = "compression_codec") -> CompressionCodec:
+    if value not in _CODEC_FROM_PB:
+        raise ValidationError(field, f"unknown or unset codec {value}")
+    return _CODEC_FROM_PB[value]  # type: ignore[index]
+
+
 def duration_to_pb(value: timedelta) -> duration_pb2.Duration:
     msg = duration_pb2.Duration()
     msg.FromTimedelta(value)
@@ -101,13 +107,11 @@ def journal_spec_to_pb(spec: JournalSpec) -> bpb.JournalSpec:
 
 def journal_spec_from_pb(msg: bpb.JournalSpec) -> JournalSpec:
     f = msg.fragment
-    if f.compression_codec not in _CODEC_FROM_PB:
-        raise ValidationError("fragment.compression_codec",
-                              f"unknown or unset codec {f.compression_codec}")
+    codec = codec_from_pb(f.compression_codec, "fragment.compression_codec")
     fragment = build(
         FragmentSpec, "fragment",
         length=f.length,
-        compression_codec=_CODEC_FROM_PB[f.compression_codec],
+        compression_codec=codec,
         stores=tuple(f.stores),
         refresh_interval=duration_from_pb(f.refresh_interval, "fragment.refresh_interval"),
         retention=duration_from_pb(f.retention, "fragment.retention"),
