@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 
 ## Start a local cluster on embedded defaults (a real etcd) and show its state.
 demo: $(STAMP)
-	$(BIN)/python -m gazette.local
+	$(BIN)/gazette dev up
 
 ## Lint, type-check and run the whole test suite.
 test: $(STAMP) lint

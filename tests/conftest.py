@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.etcd",
     "tests.fixtures.s3",
     "tests.fixtures.postgres",
+    "tests.fixtures.broker",
 ]
 
 

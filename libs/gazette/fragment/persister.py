@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +52,11 @@ class Persister:
         self._queue.put_nowait((spool, store))
         PENDING.set(self._queue.qsize())
 
+    @property
+    def idle(self) -> bool:
+        """Whether everything enqueued is persisted."""
+        return self._idle.is_set()
+
     async def wait_idle(self) -> None:
         """Return once every enqueued spool is persisted."""
         await self._idle.wait()
@@ -82,7 +88,9 @@ class Persister:
         with contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(spool.path.unlink)
         if self._on_persisted is not None:
-            self._on_persisted(replace(frag, backing_store=store.url))
+            # The store's own mod time is learned at the next listing; now is within a second.
+            self._on_persisted(replace(frag, backing_store=store.url,
+                                       mod_time=int(time.time())))
 
 
 def _compressed(path: Path, fragment: Fragment) -> bytes:

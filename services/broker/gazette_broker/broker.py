@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gazette.fragment import FragmentIndex, Persister
+from gazette.fragment import Fragment, FragmentIndex, Persister
 from gazette.fragment.store import FragmentStore, store_for
 from gazette.keyspace import Event, KeySpace, Layout
 from gazette.protocol import JournalSpec
-from gazette_broker.replica import Replica
+from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE, Replica
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +32,26 @@ class Broker:
     """Replicas of the journals in `keyspace`, with their spools under `spool_root`."""
 
     def __init__(self, keyspace: KeySpace[Any], layout: Layout, spool_root: Path,
-                 file_root: Path | None = None) -> None:
+                 file_root: Path | None = None,
+                 max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> None:
         self.keyspace, self.layout = keyspace, layout
         self.spool_root, self.file_root = spool_root, file_root
+        self.max_append_size = max_append_size
         self.index = FragmentIndex()
-        self.persister = Persister(on_persisted=self.index.add_local)
+        self.persister = Persister(on_persisted=self._on_persisted)
         self.replicas: dict[str, Replica] = {}
         self._stores: dict[str, FragmentStore] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
         self._sync_lock = asyncio.Lock()
+        self._synced = asyncio.Event()  # replaced by a fresh one after each sync
         self._unobserve: Callable[[], None] = lambda: None
+
+    def _on_persisted(self, fragment: Fragment) -> None:
+        self.index.add_local(fragment)
+        replica = self.replicas.get(fragment.journal)
+        if replica is not None:
+            replica.persisted(fragment)
 
     def store_for(self, url: str) -> FragmentStore:
         store = self._stores.get(url)
@@ -77,7 +86,7 @@ class Broker:
                 if replica is None:
                     replica = await Replica.open(
                         spec, self.spool_root / name.replace("/", "%2F"), self.index,
-                        self.persister, self.store_for)
+                        self.persister, self.store_for, self.max_append_size)
                     self.replicas[name] = replica
                     self._tasks[f"replica:{name}"] = asyncio.create_task(
                         replica.run(), name=f"replica:{name}")
@@ -90,6 +99,17 @@ class Broker:
                 await replica.roll()  # hand the open spool to the persister
                 del self.replicas[name]
                 log.info("stopped serving %s (spec deleted)", name)
+            self._synced.set()
+            self._synced = asyncio.Event()
+
+    async def wait_serving(self, journals: set[str]) -> None:
+        """Return once every one of `journals` has a replica here."""
+        while not journals <= self.replicas.keys():
+            await self._synced.wait()
+
+    def persister_backlog(self) -> bool:
+        """Whether closed spools are still waiting to be persisted."""
+        return not self.persister.idle
 
     async def _stop(self, key: str) -> None:
         """Cancel an owned task and wait until it has finished."""

@@ -17,8 +17,9 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from gazette.errors import GazetteError
@@ -214,44 +215,82 @@ class Replica:
             self._persister.enqueue(closed, self._store_for(stores[0]))
         return closed.fragment
 
+    def _locate(self, offset: int) -> tuple[int, Fragment | None, bool]:
+        """Where `offset` is read from now: (offset, fragment, whether it is the open
+        spool's). The offset moves forward past a hole (content removed by retention);
+        the fragment is None at or beyond the write head."""
+        if offset == -1:
+            offset = self.write_head
+        if offset < 0:
+            raise ReadError("INVALID_OFFSET", f"offset must be -1 or >= 0, got {offset}")
+        spool = self._spool
+        if offset >= spool.end:
+            return offset, None, False
+        if offset >= spool.begin:
+            return offset, spool.fragment, True
+        found = self._index.find(self.spec.name, offset)
+        if found is None or found.begin >= spool.begin:
+            raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"no fragment holds offset {offset}")
+        return max(offset, found.begin), found, False
+
+    async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:
+        """The offset a read at `offset` starts from and the fragment holding it (for
+        metadata-only reads). Without `block`, `ReadError` OFFSET_NOT_YET_AVAILABLE at
+        the write head; with it, waits for the next append."""
+        while True:
+            offset, frag, _ = self._locate(offset)
+            if frag is not None:
+                return offset, frag
+            if not block:
+                raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"offset {offset} is at or "
+                                f"beyond the write head {self.write_head}")
+            await self._index.wait_for(self.spec.name, offset)
+
+    def persisted(self, fragment: Fragment) -> None:
+        """The persister stored `fragment` (and removed its local file)."""
+        self._closed.pop((fragment.begin, fragment.end), None)
+
+    def is_remote(self, fragment: Fragment) -> bool:
+        """Whether `fragment` is only in a store (not in a local spool)."""
+        return bool(fragment.backing_store) and \
+            (fragment.begin, fragment.end) not in self._closed
+
+    async def sign(self, fragment: Fragment, ttl: timedelta) -> str:
+        """A URL to GET `fragment`'s file from its store for `ttl` ("" if unpersisted)."""
+        if not fragment.backing_store or self._store_for is None:
+            return ""
+        return await self._store_for(fragment.backing_store).sign(fragment, ttl)
+
+    def fragments(self) -> list[Fragment]:
+        """The journal's fragments this broker knows, in offset order (the open spool's
+        last)."""
+        return list(self._index.fragments(self.spec.name))
+
     async def read(self, offset: int, *, block: bool = False,
-                   end_offset: int = 0) -> AsyncIterator[ReadChunk]:
+                   end_offset: int = 0) -> AsyncGenerator[ReadChunk, None]:
         """Content from `offset` (-1: the write head) up to `end_offset` (0: no end),
         from the open spool, closed spools not yet persisted, or persisted fragments
         (fetched into a verified local cache: a corrupt one raises `CorruptFragment`).
         Without `block`, the read ends at the write head, and one that starts there
         raises `ReadError` OFFSET_NOT_YET_AVAILABLE; with it, it waits for new appends."""
-        if offset == -1:
-            offset = self.write_head
-        if offset < 0:
-            raise ReadError("INVALID_OFFSET", f"offset must be -1 or >= 0, got {offset}")
         served = False
         while not end_offset or offset < end_offset:
-            spool = self._spool
-            limit = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
-            if offset >= spool.end:
+            offset, frag, in_spool = self._locate(offset)
+            if frag is None:
                 if served and not block:
                     return  # read through to the head: done
                 if not block:
                     raise ReadError("OFFSET_NOT_YET_AVAILABLE",
                                     f"offset {offset} is at or beyond the write head "
-                                    f"{spool.end}")
+                                    f"{self.write_head}")
                 await self._index.wait_for(self.spec.name, offset)
                 continue
-            if offset >= spool.begin:
-                content = spool.read(offset, limit)
-                frag = spool.fragment
+            limit = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
+            if in_spool:
+                content = self._spool.read(offset, limit)
             else:
-                found = self._index.find(self.spec.name, offset)
-                if found is None or found.begin >= spool.begin:
-                    raise ReadError("OFFSET_NOT_YET_AVAILABLE",
-                                    f"no fragment holds offset {offset}")
-                if found.begin > offset:
-                    offset = found.begin  # a hole (e.g. removed by retention): skip it
-                    continue
-                frag = found
                 content = await self._read_fragment(frag, offset, limit)
-            yield ReadChunk(offset, content, frag, spool.end)
+            yield ReadChunk(offset, content, frag, self.write_head)
             offset += len(content)
             served = True
 

@@ -1,4 +1,4 @@
-"""The gRPC Journal service over this broker's replicas (Append and Read so far).
+"""The gRPC Journal service over this broker's replicas.
 
 Refusals the protocol names (unknown journal, wrong offset, register mismatch, not
 allowed, offset not yet available) are answered with their `Status` in the response;
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -18,6 +19,7 @@ from gazette import names
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.fragment.fragment import fragment_to_pb
+from gazette.fragment.store import StoreError
 from gazette.keyspace import Etcd, Event, KeySpace, Layout, TxnConflict
 from gazette.keyspace.specs import apply_changes
 from gazette.labels import journal_labels
@@ -25,12 +27,14 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import (
     JournalSpec,
+    MemberSpec,
     journal_spec_from_pb,
     journal_spec_to_pb,
     labels_from_pb,
     labels_to_pb,
     selector_from_pb,
 )
+from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
 from gazette_broker.replica import AppendError, ReadError, Replica
 
@@ -39,14 +43,35 @@ class AppendAborted(Exception):
     """The append stream ended without its commit message."""
 
 
+#: How long the fragment URLs of metadata-only reads stay valid.
+READ_SIGNATURE_TTL = timedelta(hours=1)
+#: Fragments per ListFragments page unless the request asks for fewer.
+DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT = 1000, 10_000
+
+
 class JournalService(broker_pb2_grpc.JournalServicer):
+    """Serves `replicas`; with `etcd`, `keyspace` and `layout`, also Apply and List.
+    `member` names this broker in response headers and routes (a single broker serves
+    every journal until the allocator assigns them)."""
+
     def __init__(self, replicas: Mapping[str, Replica], etcd: Etcd | None = None,
-                 keyspace: KeySpace[Any] | None = None, layout: Layout | None = None) -> None:
+                 keyspace: KeySpace[Any] | None = None, layout: Layout | None = None,
+                 member: MemberSpec | None = None) -> None:
         self.replicas = replicas
         self.etcd, self.keyspace, self.layout = etcd, keyspace, layout
+        self.member = member
+        self._route = pb.Route(primary=-1)
+        self._process_id = pb.ProcessSpec.ID()
+        if member is not None:
+            self._process_id = pb.ProcessSpec.ID(zone=member.id.zone, suffix=member.id.suffix)
+            self._route = pb.Route(members=[self._process_id], primary=0,
+                                   endpoints=[member.endpoint])
 
-    def _header(self, revision: int) -> pb.Header:
-        return pb.Header(etcd=pb.Header.Etcd(revision=revision))
+    def _header(self, revision: int | None = None) -> pb.Header:
+        if revision is None:
+            revision = self.keyspace.revision if self.keyspace is not None else 0
+        return pb.Header(process_id=self._process_id, route=self._route,
+                         etcd=pb.Header.Etcd(revision=revision))
 
     async def Apply(self, request: pb.ApplyRequest, context: Any) -> pb.ApplyResponse:
         etcd, layout = self.etcd, self.layout
@@ -84,7 +109,8 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                     journal_labels(spec.name, spec.labels)):
                 journals.append(pb.ListResponse.Journal(
                     spec=journal_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
-                    create_revision=entry.kv.create_revision))
+                    create_revision=entry.kv.create_revision,
+                    route=self._route if spec.name in self.replicas else None))
         return pb.ListResponse(status=pb.OK, header=self._header(self.keyspace.revision),
                                journals=journals)
 
@@ -165,15 +191,20 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                    ) -> AsyncIterator[pb.ReadResponse]:
         replica = await self._replica(request.journal, context)
         if replica is None:
-            yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND)
+            yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header())
             return
         try:
+            if request.metadata_only:
+                yield await self._read_metadata(replica, request)
+                return
+            first = True
             async for chunk in replica.read(request.offset, block=request.block,
                                             end_offset=request.end_offset):
                 yield pb.ReadResponse(
-                    status=pb.OK, offset=chunk.offset, write_head=chunk.write_head,
-                    fragment=fragment_to_pb(chunk.fragment),
-                    content=b"" if request.metadata_only else chunk.content)
+                    status=pb.OK, header=self._header() if first else None,
+                    offset=chunk.offset, write_head=chunk.write_head,
+                    fragment=fragment_to_pb(chunk.fragment), content=chunk.content)
+                first = False
         except ReadError as err:
             if err.status in pb.Status.keys():  # noqa: SIM118 - an enum wrapper, not a dict
                 yield pb.ReadResponse(status=pb.Status.Value(err.status),
@@ -182,3 +213,69 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except CorruptFragment as err:
             await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
+        except StoreError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+
+    async def _read_metadata(self, replica: Replica, request: pb.ReadRequest
+                             ) -> pb.ReadResponse:
+        """The one response of a metadata-only read: where the read starts, the fragment
+        holding it, and, if that fragment is only in a store, a signed URL to fetch it
+        from (the client then reads it there, sparing this broker the bytes)."""
+        offset, frag = await replica.locate(request.offset, block=request.block)
+        url = await replica.sign(frag, READ_SIGNATURE_TTL) if replica.is_remote(frag) else ""
+        return pb.ReadResponse(status=pb.OK, header=self._header(), offset=offset,
+                               write_head=replica.write_head,
+                               fragment=fragment_to_pb(frag), fragment_url=url)
+
+    async def Replicate(self, request_iterator: Any, context: Any
+                        ) -> AsyncIterator[pb.ReplicateResponse]:
+        """Replication between brokers arrives with the broker cluster (allocator,
+        peers); a single broker has no peers."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            "replication is not served by this broker version")
+        yield pb.ReplicateResponse()  # pragma: no cover - makes this a stream handler
+
+    async def ListFragments(self, request: pb.FragmentsRequest, context: Any
+                            ) -> pb.FragmentsResponse:
+        replica = await self._replica(request.journal, context)
+        if replica is None:
+            return pb.FragmentsResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header())
+        problem = ""
+        if request.next_page_token < 0:
+            problem = "next_page_token: must not be negative"
+        elif not 0 <= request.page_limit <= MAX_PAGE_LIMIT:
+            problem = f"page_limit: must be in [0, {MAX_PAGE_LIMIT}]"
+        elif request.end_mod_time and request.end_mod_time < request.begin_mod_time:
+            problem = "end_mod_time: must not be before begin_mod_time"
+        ttl = timedelta()
+        if not problem and request.HasField("signature_ttl"):
+            try:
+                ttl = duration_from_pb(request.signature_ttl, "signature_ttl")
+            except ValidationError as err:
+                problem = str(err)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        limit = request.page_limit or DEFAULT_PAGE_LIMIT
+        begin, end = request.begin_mod_time, request.end_mod_time
+        items: list[pb.FragmentsResponse.Item] = []
+        next_token = 0
+        for frag in replica.fragments():
+            if frag.begin < request.next_page_token:
+                continue
+            if (begin or end) and not frag.mod_time:
+                if end:
+                    continue  # not persisted: only listed without an end time
+            elif (begin and frag.mod_time < begin) or (end and frag.mod_time >= end):
+                continue
+            if len(items) == limit:
+                next_token = frag.begin
+                break
+            url = ""
+            if ttl and frag.backing_store:
+                try:
+                    url = await replica.sign(frag, ttl)
+                except StoreError as err:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+            items.append(pb.FragmentsResponse.Item(spec=fragment_to_pb(frag), signed_url=url))
+        return pb.FragmentsResponse(status=pb.OK, header=self._header(), fragments=items,
+                                    next_page_token=next_token)

@@ -1,0 +1,173 @@
+"""The ``gazette`` command: ``gazette serve`` runs a broker (``gazette dev up``, the local
+cluster, is in `gazette_broker.dev`).
+
+Flags follow the Go broker's (``--broker.port``, ``--etcd.address``, ...), and each falls
+back to an environment variable (``BROKER_PORT``, ``ETCD_ADDRESS``, ...), then a default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from gazette.errors import GazetteError
+from gazette.keyspace.lease import LeaseLost
+from gazette_broker.server import BrokerConfig, BrokerServer
+
+log = logging.getLogger("gazette_broker")
+
+#: (flag, env variable, BrokerConfig field, type, help)
+SERVE_FLAGS: list[tuple[str, str, str, Callable[[str], Any], str]] = [
+    ("--broker.zone", "BROKER_ZONE", "zone", str, "failure zone of this broker"),
+    ("--broker.id", "BROKER_ID", "suffix", str,
+     "unique name of this broker within its zone (default: host name and a random tag)"),
+    ("--broker.host", "BROKER_HOST", "host", str,
+     "host name other brokers and clients reach this broker at"),
+    ("--broker.bind", "BROKER_BIND", "bind", str,
+     "interface to listen on (default: all)"),
+    ("--broker.port", "BROKER_PORT", "port", int, "gRPC port (0: any free port)"),
+    ("--broker.http-port", "BROKER_HTTP_PORT", "http_port", int,
+     "HTTP gateway port (0: any free port, -1: no gateway)"),
+    ("--broker.file-root", "BROKER_FILE_ROOT", "file_root", Path,
+     "root folder of file:/// fragment stores"),
+    ("--broker.spool-dir", "BROKER_SPOOL_DIR", "spool_dir", Path,
+     "folder for spools (default: a temporary folder)"),
+    ("--broker.limit", "BROKER_LIMIT", "journal_limit", int,
+     "most journals this broker takes"),
+    ("--broker.max-append-size", "BROKER_MAX_APPEND_SIZE", "max_append_size", int,
+     "largest append accepted, in bytes"),
+    ("--broker.lease-ttl", "BROKER_LEASE_TTL", "lease_ttl", int,
+     "seconds the member spec outlives a broker that died without cleaning up"),
+    ("--broker.grace", "BROKER_GRACE", "grace", float,
+     "seconds in-flight RPCs get to finish on shutdown"),
+    ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
+    ("--etcd.prefix", "ETCD_PREFIX", "etcd_prefix", str,
+     "etcd prefix of the broker cluster"),
+]
+
+
+def _env_default(env: str, convert: Callable[[str], Any], fallback: Any) -> Any:
+    raw = os.environ.get(env)
+    if raw is None or raw == "":
+        return fallback
+    try:
+        return convert(raw)
+    except ValueError:
+        raise SystemExit(f"gazette: ${env}={raw!r} is not a valid "
+                         f"{getattr(convert, '__name__', 'value')}") from None
+
+
+def add_log_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log.level", dest="log_level",
+                        default=os.environ.get("LOG_LEVEL", "info"),
+                        choices=["debug", "info", "warn", "warning", "error"],
+                        help="log level [$LOG_LEVEL] (default: info)")
+    parser.add_argument("--log.format", dest="log_format",
+                        default=os.environ.get("LOG_FORMAT", "text"), choices=["text", "json"],
+                        help="log format [$LOG_FORMAT] (default: text)")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+               + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
+               "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)-5s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING if level.startswith("warn") else level.upper())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gazette", description="Gazette for Python.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a broker",
+                           description="Serve journals over gRPC and HTTP, persisting "
+                           "fragments to their stores. Every flag falls back to the "
+                           "environment variable in brackets.")
+    defaults = BrokerConfig(suffix="")
+    for flag, env, name, convert, text in SERVE_FLAGS:
+        default = getattr(defaults, name)
+        serve.add_argument(flag, dest=name, type=convert,
+                           default=_env_default(env, convert, default),
+                           help=f"{text} [${env}]" + (f" (default: {default})"
+                                                       if default not in (None, "") else ""))
+    add_log_flags(serve)
+
+    from gazette_broker.dev import add_dev_parser
+    add_dev_parser(sub)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    values = {name: getattr(args, name) for _, _, name, _, _ in SERVE_FLAGS}
+    if not values["suffix"]:
+        del values["suffix"]
+    return BrokerConfig(**values)
+
+
+async def serve(config: BrokerConfig) -> int:
+    """Run a broker until SIGTERM/SIGINT (exit 0) or until its lease is lost (exit 1)."""
+    server = BrokerServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except (OSError, GazetteError) as err:
+        log.error("cannot start the broker: %s", err)
+        return 1
+    status = 0
+    try:
+        async with asyncio.TaskGroup() as tg:
+            lost = tg.create_task(server.wait())
+            signalled = tg.create_task(stop.wait())
+            await asyncio.wait({lost, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            if signalled.done():
+                log.info("signalled: draining and stopping")
+            lost.cancel()
+            signalled.cancel()
+    except* LeaseLost as group:
+        log.error("%s: stopping", group.exceptions[0])
+        status = 1
+    finally:
+        await server.stop()
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level, args.log_format)
+    if args.command == "serve":
+        config = config_from_args(args)
+        log.info("broker configuration: %s", config)
+        return uvloop.run(serve(config))
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

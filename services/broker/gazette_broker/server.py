@@ -1,0 +1,220 @@
+"""The broker process's parts, wired together: etcd, the keyspace, this broker's member
+spec under a lease, the journal replicas, the gRPC server (Journal + health) and the HTTP
+gateway (journals, ``/metrics``, ``/healthz``).
+
+`BrokerServer` is what ``gazette serve`` runs and what tests and the local cluster embed:
+``await server.start()``, then ``await server.wait()`` (returns when the lease is lost),
+then ``await server.stop()``, which drains RPCs, rolls and persists every spool, and
+removes the member spec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from gazette.keyspace import Etcd, KeySpace, Layout, Lease
+from gazette.keyspace.lease import LeaseLost
+from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
+from gazette.pb import broker_pb2_grpc
+from gazette.protocol import JournalSpec, MemberSpec, ProcessId
+from gazette.protocol.trees import journal_changes_from_yaml
+from gazette_broker.broker import Broker
+from gazette_broker.http import HttpGateway
+from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE
+from gazette_broker.service import JournalService
+
+log = logging.getLogger(__name__)
+
+#: gRPC options: large messages (appends and reads stream ~1 MiB chunks) and keepalive
+#: pings so dead clients are noticed.
+GRPC_SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+def default_suffix() -> str:
+    """A unique-enough member name: the host name and a random tag."""
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-"
+                   for ch in socket.gethostname())[:100] or "broker"
+    return f"{host}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class BrokerConfig:
+    """What ``gazette serve`` is configured with (each has a flag and an env variable)."""
+
+    zone: str = "local"
+    suffix: str = field(default_factory=default_suffix)
+    #: Host name others reach this broker at (advertised in its member spec).
+    host: str = "localhost"
+    #: Interface to listen on ("" = all).
+    bind: str = ""
+    #: gRPC port (0: a free one).
+    port: int = 8080
+    #: HTTP gateway port (0: a free one; -1: no gateway).
+    http_port: int = 8081
+    #: Root folder of ``file:///`` stores (None: file stores are refused).
+    file_root: Path | None = None
+    #: Folder for spools (None: a temporary one, removed on a clean exit).
+    spool_dir: Path | None = None
+    etcd_address: str = "http://localhost:2379"
+    etcd_prefix: str = "/gazette/cluster"
+    #: Seconds the member spec outlives this broker if it dies without cleaning up.
+    lease_ttl: int = 20
+    journal_limit: int = 1024
+    max_append_size: int = DEFAULT_MAX_APPEND_SIZE
+    #: Seconds in-flight RPCs get to finish on shutdown before they are cancelled.
+    grace: float = 5.0
+    #: Seconds spools get to persist on shutdown.
+    persist_timeout: float = 60.0
+
+
+class BrokerServer:
+    """One broker: start, serve until told to stop (or the lease is lost), stop."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.layout = Layout(config.etcd_prefix)
+        self.etcd = Etcd(config.etcd_address)
+        self.keyspace: KeySpace[Any] = KeySpace(self.etcd, self.layout.root + "/",
+                                                Decoder(self.layout))
+        self._own_spool_dir = config.spool_dir is None
+        self.spool_dir = config.spool_dir or Path(tempfile.mkdtemp(prefix="gazette-spools-"))
+        self.broker = Broker(self.keyspace, self.layout, self.spool_dir,
+                             file_root=config.file_root,
+                             max_append_size=config.max_append_size)
+        self.member: MemberSpec | None = None
+        self.lease: Lease | None = None
+        self.health = HealthServicer()
+        self.grpc_server: grpc.aio.Server | None = None
+        self.http: HttpGateway | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._started = False
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.config.host}:{self.grpc_port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.config.host}:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.config.host}:{self.http_port}" if self.http_port else ""
+
+    @property
+    def file_root(self) -> Path | None:
+        return self.config.file_root
+
+    async def start(self) -> None:
+        """Connect to etcd, bind the ports, announce the member spec, open replicas and
+        start serving. On failure, whatever was started is stopped again."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        cfg = self.config
+        self._started = True
+        await self.etcd.connect()
+        await self.keyspace.__aenter__()
+        self.grpc_server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
+        bind = cfg.bind or "[::]"
+        self.grpc_port = self.grpc_server.add_insecure_port(f"{bind}:{cfg.port}")
+        if not self.grpc_port:
+            raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}")
+        self.member = MemberSpec(ProcessId(cfg.zone, cfg.suffix), self.endpoint,
+                                 cfg.journal_limit)
+        service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
+                                 member=self.member)
+        broker_pb2_grpc.add_JournalServicer_to_server(service, self.grpc_server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        if cfg.http_port >= 0:
+            self.http = HttpGateway(self.broker.replicas, ready=self._ready, grace=cfg.grace)
+            self.http_port = await self.http.start(cfg.bind or None, cfg.http_port)
+
+        self.lease = await Lease.grant(self.etcd, cfg.lease_ttl)
+        await self.etcd.put(self.layout.member_key(cfg.zone, cfg.suffix),
+                            encode_broker(self.member), lease=self.lease.id)
+        self._tasks.append(asyncio.create_task(self.lease.keep_alive(), name="broker-lease"))
+        await self.broker.start()
+        await self.grpc_server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("gazette.broker.Journal", health_pb2.HealthCheckResponse.SERVING)
+        log.info("broker %s serving: gRPC %s, HTTP %s, etcd %s%s", self.member.id,
+                 self.endpoint, self.http_url or "off", cfg.etcd_address, self.layout.root)
+
+    def _ready(self) -> bool:
+        return self.lease is not None and not self.lease.lost.is_set()
+
+    async def wait(self) -> None:
+        """Return when the broker can no longer serve: its lease is lost (it must not
+        keep acting as a member). Raises `LeaseLost` then."""
+        assert self.lease is not None, "start() first"
+        await self.lease.lost.wait()
+        raise LeaseLost(f"broker {self.member.id if self.member else '?'}: lease lost")
+
+    async def stop(self) -> None:
+        """Stop serving: health goes NOT_SERVING, new RPCs are refused and in-flight ones
+        get `grace` seconds; spools roll and persist (bounded); the member spec is
+        removed; every task is stopped. Safe to call more than once."""
+        if not self._started:
+            return
+        self._started = False
+        cfg = self.config
+        with contextlib.suppress(Exception):
+            await self.health.enter_graceful_shutdown()
+        stopping = []
+        if self.grpc_server is not None:
+            stopping.append(self.grpc_server.stop(grace=cfg.grace))
+        if self.http is not None:
+            stopping.append(self.http.stop())
+        await asyncio.gather(*stopping, return_exceptions=True)
+        await self.broker.close(drain_timeout=cfg.persist_timeout)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.lease is not None:
+            await self.lease.revoke()  # deletes the member spec with it
+        await self.keyspace.__aexit__(None, None, None)
+        await self.etcd.close()
+        if self._own_spool_dir and not self.broker.persister_backlog():
+            shutil.rmtree(self.spool_dir, ignore_errors=True)
+        log.info("broker stopped")
+
+    # -- conveniences for tests and the local cluster --
+
+    async def apply_yaml(self, text: str, timeout: float = 10.0) -> int:
+        """Apply a journal spec tree (``gazctl journals apply`` YAML, each spec at its
+        current revision) and wait until this broker serves every journal in it."""
+        changes = journal_changes_from_yaml(text)
+        revision = await apply_changes(self.etcd, self.layout, changes)
+        await self.keyspace.wait_for_revision(revision, timeout=timeout)
+        wanted = {c.name for c in changes if isinstance(c.spec, JournalSpec)}
+        async with asyncio.timeout(timeout):
+            await self.broker.wait_serving(wanted)
+        return revision
