@@ -95,6 +95,8 @@ class HttpGateway:
     async def start(self, host: str | None, port: int) -> int:
         """Listen on `host`:`port` (port 0: a free one); returns the port."""
         await self._runner.setup()
+        if host is None and port == 0:
+            host = "0.0.0.0"
         self._site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await self._site.start()
         return int(self._runner.addresses[0][1])
