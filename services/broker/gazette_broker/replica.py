@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from prometheus_client import Counter
+
 from gazette.errors import GazetteError
 from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
@@ -30,6 +32,11 @@ from gazette.labels import LabelSet, Selector
 from gazette.protocol import JournalSpec
 
 log = logging.getLogger(__name__)
+
+APPENDS = Counter("gazette_broker_appends_total", "Appends answered, by status", ["status"])
+APPEND_BYTES = Counter("gazette_broker_append_bytes_total", "Bytes of committed appends")
+READ_BYTES = Counter("gazette_broker_read_bytes_total", "Bytes served to readers")
+ROLLS = Counter("gazette_broker_fragments_rolled_total", "Spools closed into fragments")
 
 #: Largest append accepted unless the broker is configured otherwise.
 DEFAULT_MAX_APPEND_SIZE = 256 << 20
@@ -147,6 +154,22 @@ class Replica:
         """Append the concatenated `chunks` atomically. Raises `AppendError` (nothing
         written) when refused; if `chunks` raises (the client went away), the append is
         rolled back and the error propagates."""
+        try:
+            result = await self._append(chunks, offset, check_registers, union_registers,
+                                        subtract_registers)
+        except AppendError as err:
+            APPENDS.labels(err.status).inc()
+            raise
+        except BaseException:
+            APPENDS.labels("ABORTED").inc()
+            raise
+        APPENDS.labels("OK").inc()
+        APPEND_BYTES.inc(result.commit.size)
+        return result
+
+    async def _append(self, chunks: AsyncIterable[bytes], offset: int | None,
+                      check_registers: Selector | None, union_registers: LabelSet | None,
+                      subtract_registers: LabelSet | None) -> AppendResult:
         if not self.spec.flags.may_write:
             raise AppendError("NOT_ALLOWED", f"{self.spec.name} is read-only (O_RDONLY)")
         async with self._lock:
@@ -207,6 +230,7 @@ class Replica:
         if old.end == old.begin:
             return None
         closed = old.close()
+        ROLLS.inc()
         self._closed[(closed.fragment.begin, closed.fragment.end)] = closed.path
         self._spool = Spool(self.spec.name, closed.fragment.end, self._dir,
                             self.spec.fragment.compression_codec)
@@ -290,6 +314,7 @@ class Replica:
                 content = self._spool.read(offset, limit)
             else:
                 content = await self._read_fragment(frag, offset, limit)
+            READ_BYTES.inc(len(content))
             yield ReadChunk(offset, content, frag, self.write_head)
             offset += len(content)
             served = True
