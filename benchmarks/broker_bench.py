@@ -1,0 +1,297 @@
+"""Broker throughput and latency: etcd and one `gazette serve` process on this machine,
+clients in this process.
+
+Prints progress, then one JSON object as its last line:
+
+- ``append_mb_per_s``: 64 KiB appends to one journal (codec NONE) from this process,
+  through the client's `AppendQueue` (which packs queued appends into large Append RPCs,
+  each append still atomic and acknowledged on its own);
+- ``append_rpc_mb_per_s``: the same appends as one Append RPC each (32 in flight), for
+  comparison;
+- ``append_small_p50_ms`` / ``append_small_p99_ms``: 1 KiB appends, one RPC each, sent at
+  a fixed 1,000/s (latency from the intended send time, so stalls count);
+- ``read_tail_mb_per_s``: a blocking reader following the write head while a writer
+  appends 1 MiB appends;
+- ``read_fragments_mb_per_s``: reading persisted ``file://`` fragments through the
+  client's direct fragment reads (``direct=True``: the broker names a signed URL, the
+  client reads and verifies the file); ``read_fragments_via_broker_mb_per_s``: the same
+  bytes streamed by the broker;
+- ``raw_file_write_mb_per_s`` / ``raw_file_read_mb_per_s``: writing and reading the same
+  volume with plain file I/O, the ceiling of this machine's disk path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import uvloop
+
+from gazette.client import AppendQueue, JournalClient
+from gazette.keyspace import Etcd, Layout
+from gazette.keyspace.specs import apply_changes
+from gazette.local.etcd import EmbeddedEtcd
+from gazette.local.process import free_port
+from gazette.pb import broker_pb2 as pb
+from gazette.pb import broker_pb2_grpc
+from gazette.protocol.trees import journal_changes_from_yaml
+
+MiB = 1 << 20
+APPEND_VOLUME = 512 * MiB
+SMALL_RATE, SMALL_SECONDS = 1000, 5
+TAIL_VOLUME = 512 * MiB
+FRAGMENT_VOLUME = 256 * MiB
+TUNABLES = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
+
+SPECS = """
+name: bench/
+replication: 1
+fragment:
+  length: 67108864
+  compression_codec: NONE
+  stores: ["file:///"]
+  flush_interval: 1h
+  refresh_interval: 1h
+children:
+  - name: bench/append
+  - name: bench/append-rpc
+  - name: bench/small
+  - name: bench/tail
+  - name: bench/fragments
+"""
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def raw_file_io(folder: Path, volume: int) -> tuple[float, float]:
+    """MB/s of writing `volume` bytes to a new file in 1 MiB writes (no fsync: the broker
+    does not fsync spools either), then of reading it back."""
+    data = os.urandom(MiB)
+    path = folder / "raw.bin"
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for _ in range(volume // MiB):
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+    write = volume / (time.perf_counter() - start) / 1e6
+    start = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        while fh.read(MiB):
+            pass
+    read = volume / (time.perf_counter() - start) / 1e6
+    path.unlink()
+    return write, read
+
+
+async def bench_append_queue(client: JournalClient) -> float:
+    queue = AppendQueue(client)
+    chunk = os.urandom(64 << 10)
+    n = APPEND_VOLUME // len(chunk)
+    start = time.perf_counter()
+    futures = []
+    for _ in range(n):
+        futures.append(queue.append("bench/append", chunk))
+        if len(futures) % 256 == 0:
+            await queue.wait_for_room()
+    await asyncio.gather(*futures)
+    elapsed = time.perf_counter() - start
+    await queue.close()
+    return n * len(chunk) / elapsed / 1e6
+
+
+async def bench_append_rpcs(stub: broker_pb2_grpc.JournalStub) -> float:
+    chunk = os.urandom(64 << 10)
+    n, inflight = 4000, 32
+    sem = asyncio.Semaphore(inflight)
+
+    async def one() -> None:
+        async with sem:
+            resp = await stub.Append(iter([pb.AppendRequest(journal="bench/append-rpc"),
+                                           pb.AppendRequest(content=chunk),
+                                           pb.AppendRequest()]))
+            assert resp.status == pb.OK
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return n * len(chunk) / (time.perf_counter() - start) / 1e6
+
+
+async def bench_small(client: JournalClient) -> tuple[float, float]:
+    """Latency of 1 KiB appends sent on a fixed schedule, measured from the time each
+    was due (perf_counter: uvloop's clock only has millisecond resolution)."""
+    data = b"x" * 1023 + b"\n"
+    latencies: list[float] = []
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(due: float) -> None:
+        await client.append("bench/small", data)
+        latencies.append(time.perf_counter() - due)
+
+    start = time.perf_counter()
+    for i in range(SMALL_RATE * SMALL_SECONDS):
+        due = start + i / SMALL_RATE
+        wait = due - time.perf_counter()
+        if wait > 0.0005:
+            await asyncio.sleep(wait)
+        task = asyncio.create_task(one(due))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+    latencies.sort()
+    p50 = statistics.median(latencies) * 1e3
+    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1e3
+    return p50, p99
+
+
+async def bench_tail(client: JournalClient, stub: broker_pb2_grpc.JournalStub) -> float:
+    data = os.urandom(MiB)
+    got = 0
+    start = time.perf_counter()
+
+    async def reader() -> None:
+        nonlocal got
+        async for chunk in client.read("bench/tail", 0, block=True):
+            got += len(chunk.content)
+            if got >= TAIL_VOLUME:
+                return
+
+    async def writer() -> None:
+        # Four appends of 4 MiB in flight: the writer outpaces one RPC at a time.
+        sem = asyncio.Semaphore(4)
+        block = data * 4
+
+        async def one() -> None:
+            async with sem:
+                resp = await stub.Append(iter([pb.AppendRequest(journal="bench/tail"),
+                                               *(pb.AppendRequest(content=block[i:i + MiB])
+                                                 for i in range(0, len(block), MiB)),
+                                               pb.AppendRequest()]))
+                assert resp.status == pb.OK
+
+        await asyncio.gather(*(one() for _ in range(TAIL_VOLUME // len(block))))
+
+    read_task = asyncio.create_task(reader())
+    await writer()
+    await asyncio.wait_for(read_task, 120)
+    return got / (time.perf_counter() - start) / 1e6
+
+
+async def bench_fragments(client: JournalClient, stub: broker_pb2_grpc.JournalStub,
+                          ) -> tuple[float, float]:
+    data = os.urandom(MiB)
+
+    def requests() -> object:
+        yield pb.AppendRequest(journal="bench/fragments")
+        for _ in range(64):
+            yield pb.AppendRequest(content=data)
+        yield pb.AppendRequest()
+
+    for _ in range(FRAGMENT_VOLUME // (64 * MiB)):
+        assert (await stub.Append(requests())).status == pb.OK  # type: ignore[arg-type]
+    # Roll the last fragment: rolls happen before an append that finds the spool full.
+    assert (await stub.Append(iter([pb.AppendRequest(journal="bench/fragments"),
+                                    pb.AppendRequest(content=b"."),
+                                    pb.AppendRequest()]))).status == pb.OK
+    deadline = time.monotonic() + 60
+    while True:  # until the persisted fragments cover the volume
+        frags = await client.list_fragments("bench/fragments")
+        persisted = [f for f in frags if f.fragment.backing_store]
+        if persisted and persisted[-1].fragment.end >= FRAGMENT_VOLUME:
+            break
+        assert time.monotonic() < deadline, "fragments were not persisted in time"
+        await asyncio.sleep(0.1)
+
+    async def read(direct: bool) -> float:
+        got = 0
+        start = time.perf_counter()
+        async for chunk in client.read("bench/fragments", 0, end_offset=FRAGMENT_VOLUME,
+                                       direct=direct):
+            got += len(chunk.content)
+        assert got == FRAGMENT_VOLUME, got
+        return got / (time.perf_counter() - start) / 1e6
+
+    await read(True)  # warm the page cache of the fragment files
+    return await read(True), await read(False)
+
+
+async def run(etcd_endpoint: str, workdir: Path) -> dict[str, object]:
+    grpc_port, http_port = free_port(), free_port()
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    broker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(grpc_port),
+        "--broker.http-port", str(http_port), "--broker.host", "127.0.0.1",
+        "--broker.file-root", str(workdir / "store"), "--broker.spool-dir",
+        str(workdir / "spools"), "--etcd.address", etcd_endpoint, "--log.level", "warn",
+        env=env)
+    try:
+        async with Etcd(etcd_endpoint) as etcd:
+            await apply_changes(etcd, Layout.brokers(), journal_changes_from_yaml(SPECS))
+        address = f"127.0.0.1:{grpc_port}"
+        async with JournalClient(address) as client, \
+                grpc.aio.insecure_channel(address, options=[
+                    ("grpc.max_send_message_length", 64 * MiB),
+                    ("grpc.max_receive_message_length", 64 * MiB)]) as channel:
+            stub = broker_pb2_grpc.JournalStub(channel)
+            deadline = time.monotonic() + 30
+            while True:  # until the broker serves the journals
+                try:
+                    listing = await client.list("prefix=bench/")
+                    if len(listing.journals) == 5 and (await client.write_head(
+                            "bench/fragments")) == 0:
+                        break
+                except Exception:  # noqa: BLE001 - the broker is still starting
+                    pass
+                assert time.monotonic() < deadline, "the broker did not start"
+                await asyncio.sleep(0.1)
+
+            raw_write, raw_read = await asyncio.to_thread(raw_file_io, workdir, APPEND_VOLUME)
+            log(f"raw file write {raw_write:.0f} MB/s, read {raw_read:.0f} MB/s")
+            append = await bench_append_queue(client)
+            log(f"append (AppendQueue, 64 KiB) {append:.0f} MB/s")
+            append_rpc = await bench_append_rpcs(stub)
+            log(f"append (one RPC per 64 KiB, 32 in flight) {append_rpc:.0f} MB/s")
+            p50, p99 = await bench_small(client)
+            log(f"1 KiB appends at {SMALL_RATE}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+            tail = await bench_tail(client, stub)
+            log(f"tail read {tail:.0f} MB/s")
+            direct, via_broker = await bench_fragments(client, stub)
+            log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
+                f"{via_broker:.0f} MB/s")
+    finally:
+        broker.terminate()
+        await asyncio.wait_for(broker.wait(), 60)
+    return {
+        "append_mb_per_s": round(append),
+        "append_rpc_mb_per_s": round(append_rpc),
+        "append_small_p50_ms": round(p50, 2),
+        "append_small_p99_ms": round(p99, 2),
+        "read_tail_mb_per_s": round(tail),
+        "read_fragments_mb_per_s": round(direct),
+        "read_fragments_via_broker_mb_per_s": round(via_broker),
+        "raw_file_write_mb_per_s": round(raw_write),
+        "raw_file_read_mb_per_s": round(raw_read),
+        "append_vs_raw_write": round(append / raw_write, 3),
+        "read_fragments_vs_raw_write": round(direct / raw_write, 3),
+    }
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="gazette-bench-") as tmp:
+        with EmbeddedEtcd(Path(tmp) / "etcd") as etcd:
+            result = uvloop.run(run(etcd.endpoint, Path(tmp)))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
