@@ -287,9 +287,9 @@ async def run(etcd_endpoint: str, workdir: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="gazette-bench-") as tmp:
-        with EmbeddedEtcd(Path(tmp) / "etcd") as etcd:
-            result = uvloop.run(run(etcd.endpoint, Path(tmp)))
+    with tempfile.TemporaryDirectory(prefix="gazette-bench-") as tmp, \
+            EmbeddedEtcd(Path(tmp) / "etcd") as etcd:
+        result = uvloop.run(run(etcd.endpoint, Path(tmp)))
     print(json.dumps(result))
 
 
