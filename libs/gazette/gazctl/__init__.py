@@ -1,0 +1,1 @@
+"""gazctl, the command-line tool (`gazette.gazctl.__main__`)."""
