@@ -1,302 +1,664 @@
-"""The journal client against a real broker: appends (safe retries), following reads
-that resume after cut connections, direct fragment reads, listings, spec changes, the
-AppendQueue, and the message Publisher over it."""
+"""The journal client against a real broker on loopback (etcd included).
+
+Faults are made honestly: a TCP relay between client and broker (`Relay`) cuts its
+connections, or holds back one direction, at points the test picks (after so many bytes,
+or once the client has sent the end of an append's stream), so the client meets real
+broken connections rather than a fake broker.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import hashlib
+import itertools
+import os
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import gazette.client.fetch as fetch
 from gazette.client import (
     AppendQueue,
+    AppendResult,
     AppendUncertain,
     ApplyConflict,
     BrokerError,
     JournalClient,
+    ReadChunk,
     RetryPolicy,
+    Unavailable,
+    fetch_fragment,
 )
+from gazette.client.metrics import READ_BYTES, RETRIES
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.labels import LabelSet, Selector
-from gazette.local.tutorial import FOOBAR_TREE_YAML, TUTORIAL_JOURNALS_YAML
-from gazette.message import JsonMessage, Publisher, Sequencer, framing_for
-from gazette.message.mapping import StaticPartitions, modulo_mapping
-from gazette.message.reader import read_committed, read_uncommitted
-from gazette.protocol.trees import SpecChange, journal_changes_from_yaml
+from gazette.message import (
+    JsonMessage,
+    Publisher,
+    Sequencer,
+    StaticPartitions,
+    framing_for,
+    modulo_mapping,
+    read_committed,
+    read_uncommitted,
+)
+from gazette.protocol import JournalSpec
+from gazette.protocol.trees import SpecChange
 from gazette_broker.server import BrokerServer
+from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
 
-JOURNAL = "example/journal"
+MiB = 1 << 20
+SPECS = """
+name: test/
+replication: 1
+labels: [{name: content-type, value: application/x-ndjson}]
+fragment:
+  length: 1073741824
+  compression_codec: SNAPPY
+  stores: ["file:///"]
+  refresh_interval: 1h0m0s
+children:
+  - name: test/a
+  - name: test/b
+  - name: test/raw
+    fragment: {compression_codec: NONE}
+"""
+FAST_RETRY = RetryPolicy(attempts=20, initial_delay=0.02, max_delay=0.2)
 
 
-class Relay:
-    """A TCP relay between client and broker whose connections a test can cut."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.writers: list[asyncio.StreamWriter] = []
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self.writers += [writer, up_writer]
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(ConnectionError, OSError):
-                while data := await src.read(1 << 16):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def cut(self) -> None:
-        for w in self.writers:
-            w.transport.abort()
-        self.writers.clear()
-
-    async def close(self) -> None:
-        self.cut()
-        if self.server is not None:
-            self.server.close()
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `check` until it holds, under a deadline."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if check():
+                return
+            await asyncio.sleep(0.005)
 
 
 @pytest.fixture
-async def client(broker_server: BrokerServer) -> AsyncIterator[JournalClient]:
-    await broker_server.apply_yaml(TUTORIAL_JOURNALS_YAML)
-    async with JournalClient(f"http://{broker_server.grpc_address}") as c:
+async def broker(broker_server: BrokerServer) -> BrokerServer:
+    await broker_server.apply_yaml(SPECS)
+    return broker_server
+
+
+@pytest.fixture
+async def client(broker: BrokerServer) -> AsyncIterator[JournalClient]:
+    async with JournalClient(broker.grpc_address, retry=FAST_RETRY) as c:
         yield c
 
 
-async def read_all(client: JournalClient, journal: str = JOURNAL, offset: int = 0,
-                   **kw: bool) -> bytes:
-    return b"".join([c.content async for c in client.read(journal, offset, **kw)])
+async def read_all(client: JournalClient, journal: str, offset: int = 0, **kw: Any
+                   ) -> list[ReadChunk]:
+    return [c async for c in client.read(journal, offset, **kw)]
 
 
-async def test_appends_and_reads(client: JournalClient) -> None:
-    r1 = await client.append(JOURNAL, b'{"Msg": "Hello, Gazette!"}\n')
-    assert (r1.commit.begin, r1.commit.end) == (0, 27)
-    await client.append(JOURNAL, [b"a", b"b\n"])
+def joined(chunks: list[ReadChunk]) -> bytes:
+    for a, b in itertools.pairwise(chunks):
+        assert b.offset == a.end, "chunks are contiguous"
+    return b"".join(c.content for c in chunks)
 
-    async def parts() -> AsyncIterator[bytes]:
-        yield b"c"
-        yield b"d\n"
 
-    await client.append(JOURNAL, parts())
-    assert await read_all(client) == b'{"Msg": "Hello, Gazette!"}\nab\ncd\n'
-    assert await read_all(client, offset=16) == b'Gazette!"}\nab\ncd\n'
-    assert await client.write_head(JOURNAL) == 33
-    assert await read_all(client, offset=-1) == b""  # at the head: nothing yet
+def head(broker: BrokerServer, journal: str) -> int:
+    return broker.broker.replicas[journal].write_head
 
-    with pytest.raises(BrokerError, match="WRONG_APPEND_OFFSET"):
-        await client.append(JOURNAL, b"x\n", offset=5)
-    ok = await client.append(JOURNAL, b"x\n", offset=33)
-    assert ok.commit.begin == 33
-    with pytest.raises(BrokerError, match="JOURNAL_NOT_FOUND"):
-        await client.append("no/such", b"x\n")
+
+# -- a relay whose connections a test can cut ------------------------------------------
+
+
+class Relay:
+    """A TCP relay to `target`. `cut()` aborts every connection through it (both ends
+    see a reset); `hold_up`/`hold_down` stop forwarding client->broker / broker->client
+    bytes (they are dropped when cut). After `arm()`, `up_bytes` counts the client's
+    bytes and `end_of_stream` is set when a client HTTP/2 DATA frame with END_STREAM
+    goes by: the client finished sending a request (an append's commit included)."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.hold_up = self.hold_down = False
+        self.up_bytes = 0
+        self.end_of_stream = asyncio.Event()
+        self.connections = 0
+        self._armed = False
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Relay:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.cut()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    @property
+    def address(self) -> str:
+        assert self._server is not None
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def arm(self) -> None:
+        self.end_of_stream.clear()
+        self.up_bytes = 0
+        self._armed = True
+
+    def cut(self) -> None:
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+        self.hold_up = self.hold_down = False
+        self._armed = False
+
+    async def _accept(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter
+                      ) -> None:
+        self.connections += 1
+        b_reader, b_writer = await asyncio.open_connection(*self.target)
+        self._writers += [c_writer, b_writer]
+        for task in (self._pump(c_reader, b_writer, up=True),
+                     self._pump(b_reader, c_writer, up=False)):
+            t = asyncio.create_task(task)
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    up: bool) -> None:
+        frames = bytearray()
+        preface = 24 if up else 0  # HTTP/2 client connection preface
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await reader.read(65536):
+                if up:
+                    frames += data
+                    preface, frames = self._scan(frames, preface)
+                    self.up_bytes += len(data)
+                if (self.hold_up if up else self.hold_down) or writer.is_closing():
+                    continue
+                writer.write(data)
+                await writer.drain()
+        writer.transport.abort()
+
+    def _scan(self, buf: bytearray, preface: int) -> tuple[int, bytearray]:
+        """Find DATA frames with END_STREAM in the client's HTTP/2 bytes."""
+        if preface:
+            skip = min(preface, len(buf))
+            del buf[:skip]
+            preface -= skip
+        while len(buf) >= 9:
+            length = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + length:
+                break
+            if buf[3] == 0 and buf[4] & 1 and self._armed:
+                self.end_of_stream.set()
+            del buf[:9 + length]
+        return preface, buf
+
+
+@pytest.fixture
+async def relay(broker: BrokerServer) -> AsyncIterator[Relay]:
+    async with Relay(broker.grpc_address) as r:
+        yield r
+
+
+@pytest.fixture
+async def relayed(relay: Relay) -> AsyncIterator[JournalClient]:
+    async with JournalClient(relay.address, retry=FAST_RETRY) as c:
+        await c.write_head("test/a")  # connected (HTTP/2 settings exchanged)
+        yield c
+
+
+# -- appends and reads -----------------------------------------------------------------
+
+
+async def test_append_and_read_round_trip(client: JournalClient) -> None:
+    big = os.urandom(3 * MiB + 12345)
+
+    async def streamed() -> AsyncIterator[bytes]:
+        for i in range(100):
+            yield b"%05d\n" % i
+
+    parts = [b"small\n", big, [b"many ", b"little ", b"chunks\n"] * 1000,
+             memoryview(bytearray(b"a view\n")), bytearray(b"a bytearray\n"), streamed()]
+    expected = b"small\n" + big + b"many little chunks\n" * 1000 + b"a view\n" \
+        + b"a bytearray\n" + b"".join(b"%05d\n" % i for i in range(100))
+    at = 0
+    for part in parts:
+        result = await client.append("test/a", part)  # type: ignore[arg-type]
+        assert isinstance(result, AppendResult)
+        assert result.commit.begin == at and result.commit.journal == "test/a"
+        at = result.commit.end
+    assert at == len(expected) == await client.write_head("test/a")
+
+    chunks = await read_all(client, "test/a")
+    assert joined(chunks) == expected
+    assert all(len(c.content) <= MiB for c in chunks) and chunks[-1].write_head == at
+    assert joined(await read_all(client, "test/a", 1000, end_offset=MiB * 2)) \
+        == expected[1000:MiB * 2]
+    assert joined(await read_all(client, "test/a", at - 5)) == expected[-5:]
+    assert await read_all(client, "test/a", at) == []  # at the head: nothing, cleanly
+    assert await read_all(client, "test/a", -1) == []
+    commit = (await client.append("test/b", b"x" * 10)).commit
+    assert commit.sha1 == hashlib.sha1(b"x" * 10).digest()
+
+
+async def test_expected_offsets_and_registers(client: JournalClient) -> None:
+    first = await client.append("test/a", b"one\n", union_registers=LabelSet([("owner", "me")]))
+    assert first.registers == LabelSet([("owner", "me")])
+    second = await client.append("test/a", b"two\n", offset=first.commit.end,
+                                 check_registers=Selector.parse("owner=me"))
+    assert second.commit.begin == 4
+    with pytest.raises(BrokerError) as err:
+        await client.append("test/a", b"late\n", offset=4)
+    assert err.value.status == "WRONG_APPEND_OFFSET" and err.value.journal == "test/a"
+    assert "WRONG_APPEND_OFFSET" in str(err.value) and "test/a" in str(err.value)
+    with pytest.raises(BrokerError) as err:
+        await client.append("test/a", b"fenced\n", check_registers=Selector.parse("owner=you"))
+    assert err.value.status == "REGISTER_MISMATCH"
+    third = await client.append("test/a", b"three\n",
+                                subtract_registers=LabelSet([("owner", "me")]))
+    assert third.registers == LabelSet()
+    assert joined(await read_all(client, "test/a")) == b"one\ntwo\nthree\n"
+
+
+async def test_errors_name_the_journal_and_field(client: JournalClient) -> None:
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: client.append("test/missing", b"x"),
+        lambda: client.write_head("test/missing"),
+        lambda: read_all(client, "test/missing"),
+        lambda: read_all(client, "test/missing", direct=True),
+        lambda: client.list_fragments("test/missing")]
+    for call in calls:
+        with pytest.raises(BrokerError) as err:
+            await call()
+        assert err.value.status == "JOURNAL_NOT_FOUND" and err.value.journal == "test/missing"
+    # Refused while the client is still writing: the broker's answer, not a failed write.
+    for _ in range(3):
+        with pytest.raises(BrokerError, match="JOURNAL_NOT_FOUND"):
+            await client.append("test/missing", os.urandom(8 * MiB))
     with pytest.raises(ValidationError, match="journal"):
-        await client.append("bad name", b"x\n")
+        await client.append("bad//name", b"x")
+    with pytest.raises(ValidationError, match="content"):
+        await client.append("test/a", "text")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="offset"):
+        await read_all(client, "test/a", -2)
+    with pytest.raises(ValidationError, match="selector"):
+        await client.list("name in (")
+    with pytest.raises(ValidationError, match="address"):
+        JournalClient("not an address")
+    async with JournalClient("127.0.0.1:1", retry=RetryPolicy(attempts=2)) as nowhere:
+        with pytest.raises(Unavailable) as down:
+            await nowhere.write_head("test/a")
+        assert down.value.code == "UNAVAILABLE" and "127.0.0.1:1" in str(down.value)
+        assert "after 2 attempts" in str(down.value) and "test/a" in str(down.value)
+    with pytest.raises(Unavailable, match="closed"):
+        await nowhere.append("test/a", b"x")
 
 
-async def test_registers_fence_writers(client: JournalClient) -> None:
-    owner = LabelSet.from_list([{"name": "owner", "value": "a"}])
-    r = await client.append(JOURNAL, b"1\n", union_registers=owner)
-    assert r.registers == owner
-    with pytest.raises(BrokerError, match="REGISTER_MISMATCH"):
-        await client.append(JOURNAL, b"2\n", check_registers=Selector.parse("owner=b"))
-    await client.append(JOURNAL, b"3\n", check_registers=Selector.parse("owner=a"))
-    assert await read_all(client) == b"1\n3\n"
-
-
-async def test_a_blocking_reader_follows_the_head(client: JournalClient) -> None:
-    got: list[bytes] = []
+async def test_a_blocking_reader_follows_appends(client: JournalClient) -> None:
+    await client.append("test/a", b"before\n")
+    start = await client.write_head("test/a")
+    got: list[ReadChunk] = []
 
     async def follow() -> None:
-        async for chunk in client.read(JOURNAL, 0, block=True):
-            got.append(chunk.content)
-            if b"".join(got).count(b"\n") == 3:
-                return
+        async for chunk in client.read("test/a", start, block=True):
+            got.append(chunk)
 
-    task = asyncio.create_task(follow())
-    for line in (b"one\n", b"two\n", b"three\n"):
-        await client.append(JOURNAL, line)
-    await asyncio.wait_for(task, 10)
-    assert b"".join(got) == b"one\ntwo\nthree\n"
-
-
-async def test_cut_connections_resume_reads_and_retry_appends_once(
-    broker_server: BrokerServer, client: JournalClient,
-) -> None:
-    relay = Relay(int(broker_server.grpc_address.rsplit(":", 1)[1]))
-    await relay.start()
+    reader = asyncio.create_task(follow())
     try:
-        async with JournalClient(f"127.0.0.1:{relay.port}",
-                                 retry=RetryPolicy(attempts=20, initial=0.02)) as cut:
-            lines = [b"line %03d\n" % i for i in range(60)]
-            got: list[bytes] = []
+        for i in range(5):
+            await client.append("test/a", b"after %d\n" % i)
+        await until(lambda: sum(len(c.content) for c in got) >= 5 * 8)
+        assert joined(got) == b"".join(b"after %d\n" % i for i in range(5))
+        assert got[0].offset == 7
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
 
-            async def follow() -> None:
-                async for chunk in cut.read(JOURNAL, 0, block=True):
-                    got.append(chunk.content)
-                    if sum(map(len, got)) == sum(map(len, lines)):
-                        return
 
-            task = asyncio.create_task(follow())
-            for i, line in enumerate(lines):
-                await client.append(JOURNAL, line)
-                if i % 15 == 7:
-                    await asyncio.sleep(0.05)  # let the reader get some, then cut it
-                    relay.cut()
-            await asyncio.wait_for(task, 20)
-            assert b"".join(got) == b"".join(lines)  # no byte twice, none skipped
+# -- faults ----------------------------------------------------------------------------
 
-            # An append cut before its commit is retried: it lands exactly once.
-            head = await client.write_head(JOURNAL)
 
-            async def slow() -> AsyncIterator[bytes]:
-                yield b"streamed "
+async def test_a_reader_resumes_where_it_was_cut_off(
+        client: JournalClient, relayed: JournalClient, relay: Relay) -> None:
+    data = os.urandom(6 * MiB)
+    await client.append("test/a", data)
+    got: list[ReadChunk] = []
+    async with contextlib.aclosing(relayed.read("test/a", 100)) as chunks:
+        async for chunk in chunks:
+            got.append(chunk)
+            if len(got) in (1, 3):
                 relay.cut()
-                await asyncio.sleep(0.1)
-                yield b"append\n"
+    assert joined(got) == data[100:]
+    assert relay.connections >= 3
 
-            with pytest.raises(Exception):  # noqa: B017 - a stream cannot replay
-                await cut.append(JOURNAL, slow())
-            assert await client.write_head(JOURNAL) == head  # nothing of it committed
-            r = await cut.append(JOURNAL, [b"retried ", b"append\n"])
-            assert await read_all(client, offset=head) == b"retried append\n"
-            assert r.commit.begin == head
-    finally:
-        await relay.close()
+    # A blocking reader too: cut while it waits, then appends arrive.
+    followed: list[ReadChunk] = []
 
+    async def follow() -> None:
+        async for chunk in relayed.read("test/a", len(data) - 10, block=True):
+            followed.append(chunk)
 
-async def test_an_uncertain_append_is_resolved_by_its_offset(
-    broker_server: BrokerServer, client: JournalClient,
-) -> None:
-    """The broker commits, but the answer is lost: with an offset, the client checks
-    what landed there; without, it says it cannot know."""
-    relay = Relay(int(broker_server.grpc_address.rsplit(":", 1)[1]))
-    await relay.start()
-    replica = broker_server.broker.replicas[JOURNAL]
-    original = replica.append
-
-    async def commit_then_cut(*args: object, **kw: object) -> object:
-        result = await original(*args, **kw)  # type: ignore[arg-type]
-        relay.cut()  # the commit happened; its answer will not arrive
-        return result
-
+    reader = asyncio.create_task(follow())
     try:
-        async with JournalClient(f"127.0.0.1:{relay.port}",
-                                 retry=RetryPolicy(attempts=10, initial=0.02)) as cut:
-            replica.append = commit_then_cut  # type: ignore[method-assign]
-            with pytest.raises(AppendUncertain):
-                await cut.append(JOURNAL, b"maybe\n")
-            head = await client.write_head(JOURNAL)
-            result = await cut.append(JOURNAL, b"sure\n", offset=head)
-            replica.append = original  # type: ignore[method-assign]
-            assert result.commit.begin == head
-            assert await read_all(client) == b"maybe\nsure\n"  # once, not twice
+        await until(lambda: len(followed) == 1)
+        relay.cut()
+        await client.append("test/a", b"more\n")
+        await until(lambda: sum(len(c.content) for c in followed) == 15)
+        assert joined(followed) == data[-10:] + b"more\n"
     finally:
-        replica.append = original  # type: ignore[method-assign]
-        await relay.close()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
 
 
-async def test_append_queue_batches_in_call_order(client: JournalClient) -> None:
-    queue = AppendQueue(client, max_batch_bytes=1 << 16)
-    futures = [queue.append(j, b"%s %04d\n" % (j.encode(), i))
-               for i in range(400) for j in (JOURNAL, "foobar/part-000")]
-    results = await asyncio.gather(*futures)
+async def test_an_append_cut_before_its_commit_lands_once(
+        broker: BrokerServer, client: JournalClient, relayed: JournalClient,
+        relay: Relay) -> None:
+    data = os.urandom(12 * MiB)
+    retries = RETRIES.labels("append")._value.get()
+    relay.arm()
+    relay.hold_up = True  # gRPC's flow control stalls the client after a few MiB
+    append = asyncio.create_task(relayed.append("test/a", data))
+    await until(lambda: relay.up_bytes >= 2 * MiB)
+    assert not relay.end_of_stream.is_set()  # the commit was not sent
+    relay.cut()
+    result = await append
+    assert RETRIES.labels("append")._value.get() > retries
+    assert (result.commit.begin, result.commit.end) == (0, len(data))
+    assert head(broker, "test/a") == len(data)
+    assert joined(await read_all(client, "test/a")) == data
+
+
+async def test_a_lost_commit_answer_is_uncertain_without_an_offset(
+        broker: BrokerServer, relayed: JournalClient, relay: Relay) -> None:
+    relay.hold_down = True  # the broker's answer never reaches the client
+    append = asyncio.create_task(relayed.append("test/a", b"did it land?\n"))
+    await until(lambda: head(broker, "test/a") == 13)  # the broker committed it
+    relay.cut()
+    with pytest.raises(AppendUncertain) as err:
+        await append
+    assert err.value.journal == "test/a" and "test/a" in str(err.value)
+
+
+async def test_a_lost_commit_answer_with_an_offset_is_resolved(
+        broker: BrokerServer, client: JournalClient, relayed: JournalClient,
+        relay: Relay) -> None:
+    await client.append("test/a", b"0123456789")
+    # It committed, the answer was lost: sent again, WRONG_APPEND_OFFSET, read back, ours.
+    relay.hold_down = True
+    append = asyncio.create_task(relayed.append("test/a", b"mine\n", offset=10))
+    await until(lambda: head(broker, "test/a") == 15)
+    relay.cut()
+    result = await append
+    assert (result.commit.begin, result.commit.end) == (10, 15)
+    assert result.commit.sha1 == hashlib.sha1(b"mine\n").digest()
+
+    # The commit never reached the broker: sent again, it lands once.
+    relay.arm()
+    relay.hold_up = True
+    append = asyncio.create_task(relayed.append("test/a", b"again\n", offset=15))
+    await asyncio.wait_for(relay.end_of_stream.wait(), 10)  # the client sent its commit
+    assert head(broker, "test/a") == 15
+    relay.cut()
+    result = await append
+    assert (result.commit.begin, result.commit.end) == (15, 21)
+
+    # Someone else wrote at the offset meanwhile: the append failed, nothing of it landed.
+    relay.arm()
+    relay.hold_up = True
+    append = asyncio.create_task(relayed.append("test/a", b"lost\n", offset=21))
+    await asyncio.wait_for(relay.end_of_stream.wait(), 10)
+    await client.append("test/a", b"other\n")
+    relay.cut()
+    with pytest.raises(BrokerError) as err:
+        await append
+    assert err.value.status == "WRONG_APPEND_OFFSET"
+    assert joined(await read_all(client, "test/a")) == b"0123456789mine\nagain\nother\n"
+
+
+# -- the append queue and the Publisher --------------------------------------------------
+
+
+async def test_append_queue_keeps_call_order_and_coalesces(client: JournalClient) -> None:
+    rng = random.Random(7)
+    queue = AppendQueue(client, max_batch_bytes=256 << 10, max_pending_bytes=1 * MiB)
+    sent: dict[str, list[bytes]] = {"test/a": [], "test/b": []}
+    futures: list[tuple[str, bytes, asyncio.Future[AppendResult]]] = []
+    peak = 0
+    for i in range(3000):
+        journal = rng.choice(["test/a", "test/b"])
+        data = b"%s %05d %s\n" % (journal.encode(), i, b"x" * rng.randrange(0, 2000))
+        await queue.wait_for_room()
+        futures.append((journal, data, queue.append(journal, data)))
+        sent[journal].append(data)
+        peak = max(peak, queue.pending_bytes)
     await queue.close()
-    distinct = {(r.commit.journal, r.commit.begin) for r in results}
-    assert len(distinct) < len(futures) / 4  # many appends shared each RPC
-    for j in (JOURNAL, "foobar/part-000"):
-        assert await read_all(client, j) == b"".join(b"%s %04d\n" % (j.encode(), i)
-                                                      for i in range(400))
-    with pytest.raises(RuntimeError):
-        queue.append(JOURNAL, b"late\n")
+    assert peak <= 1 * MiB + 2100  # backpressure held (at most one append over)
+    assert all(f.done() and not f.cancelled() and f.exception() is None for _, _, f in futures)
+    commits = {(j, f.result().commit.begin) for j, _, f in futures}
+    assert len(commits) < len(futures) / 10  # coalesced into far fewer RPCs
+    for journal, data, fut in futures:  # each append lies whole inside its batch's commit
+        commit = fut.result().commit
+        assert commit.journal == journal and commit.size >= len(data)
+    for journal, parts in sent.items():
+        assert joined(await read_all(client, journal)) == b"".join(parts)
+    with pytest.raises(Exception, match="closed"):
+        queue.append("test/a", b"x")
 
 
-async def test_publisher_over_the_append_queue(client: JournalClient) -> None:
-    specs = [c.spec for c in journal_changes_from_yaml(FOOBAR_TREE_YAML) if c.spec]
-    queue = AppendQueue(client)
-    pub = Publisher(queue)
-    mapping = modulo_mapping(lambda m: m["key"].encode(),
-                             StaticPartitions(specs, Selector.parse("prefix=foobar/")))
-    sent = [JsonMessage(key=f"k{i % 7}", n=i) for i in range(200)]
-    await asyncio.gather(*(pub.publish_committed(mapping, m) for m in sent))
-    await queue.close()
-    seen = []
-    for spec in specs:
-        async def chunks(name: str = spec.name) -> AsyncIterator[bytes]:
-            async for c in client.read(name, 0):
-                yield c.content
-
-        async def replay(journal: str, begin: int, end: int):  # type: ignore[no-untyped-def]
-            raise AssertionError("no replay expected")
-            yield []
-
-        batches = read_uncommitted(spec.name, chunks(), framing_for("application/x-ndjson"))
-        async for batch in read_committed(batches, Sequencer(), replay):
-            seen += [env.message["n"] for env in batch]
-    assert sorted(seen) == list(range(200))
+async def test_append_queue_fails_futures_of_a_refused_batch(client: JournalClient) -> None:
+    async with AppendQueue(client) as queue:
+        bad = [queue.append("test/missing", b"x") for _ in range(3)]
+        good = queue.append("test/a", b"fine\n")
+        await queue.flush()
+    for fut in bad:
+        with pytest.raises(BrokerError, match="JOURNAL_NOT_FOUND"):
+            fut.result()
+    assert good.result().commit.end == 5
 
 
-async def test_listing_and_revision_guarded_apply(client: JournalClient) -> None:
-    listing = await client.list("prefix=foobar/")
-    assert [j.spec.name for j in listing.journals] == [
-        "foobar/part-000", "foobar/part-001", "foobar/part-002"]
+async def test_publisher_over_the_append_queue(broker: BrokerServer,
+                                               client: JournalClient) -> None:
+    listing = await client.list("prefix=test/, name not in (test/raw)")
+    partitions = StaticPartitions([j.spec for j in listing.journals],
+                                  Selector.parse("prefix=test/"))
+    mapping = modulo_mapping(lambda m: str(m["n"]).encode(), partitions)
+    async with AppendQueue(client) as queue:
+        publisher = Publisher(queue)
+        futures = [publisher.publish_committed(mapping, JsonMessage(n=n)) for n in range(500)]
+        for n in range(500, 510):
+            futures.append(publisher.publish_uncommitted(mapping, JsonMessage(n=n)))
+        futures += publisher.publish_acks()
+        await asyncio.gather(*futures)
+
+    framing = framing_for("application/x-ndjson")
+
+    async def content(journal: str, begin: int = 0, end: int = 0) -> AsyncIterator[bytes]:
+        async for chunk in client.read(journal, begin, end_offset=end):
+            yield chunk.content
+
+    async def replay(journal: str, begin: int, end: int) -> AsyncIterator[list[Any]]:
+        async for batch in read_uncommitted(journal, content(journal, begin, end), framing,
+                                            offset=begin):
+            yield batch
+
+    seen: list[int] = []
+    sequencer = Sequencer()
+    for journal in ("test/a", "test/b"):
+        batches = read_uncommitted(journal, content(journal), framing)
+        async for committed in read_committed(batches, sequencer, replay):
+            seen.extend(env.message["n"] for env in committed)
+    assert sorted(seen) == list(range(510))
+
+
+# -- listings, watches and specs -------------------------------------------------------
+
+
+async def test_list_apply_and_watch(broker: BrokerServer, client: JournalClient) -> None:
+    listing = await client.list("prefix=test/")
+    assert [j.spec.name for j in listing.journals] == ["test/a", "test/b", "test/raw"]
+    assert listing.revision > 0
     assert all(j.route.primary_member for j in listing.journals)
-    first = listing.journals[0]
-    rev = await client.apply([SpecChange(first.spec.name, first.mod_revision, first.spec)])
-    assert rev > first.mod_revision
-    with pytest.raises(ApplyConflict):
-        await client.apply([SpecChange(first.spec.name, first.mod_revision, first.spec)])
-    with pytest.raises(ValidationError):
-        await client.list("name in (")
 
-    updates = client.watch("prefix=foobar/")
-    assert len((await anext(updates)).journals) == 3
-    await client.apply([SpecChange("foobar/part-002",
-                                   listing.journals[2].mod_revision, None)])
-    assert len((await asyncio.wait_for(anext(updates), 10)).journals) == 2
-    await updates.aclose()  # type: ignore[attr-defined]
+    updates: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def watch() -> None:
+        async for snapshot in client.watch(Selector.parse("prefix=new/")):
+            await updates.put(snapshot)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        first = await asyncio.wait_for(updates.get(), 10)
+        assert first.journals == []
+        spec = JournalSpec("new/one", replication=1, labels=LabelSet([("team", "x")]))
+        revision = await client.apply([SpecChange("new/one", 0, spec)])
+        listed = (await client.list("team=x")).journals
+        assert [(j.spec, j.mod_revision) for j in listed] == [(spec, revision)]
+        seen = await asyncio.wait_for(updates.get(), 10)
+        assert [j.spec.name for j in seen.journals] == ["new/one"]
+
+        with pytest.raises(ApplyConflict) as err:  # "must not exist" but it does
+            await client.apply([SpecChange("new/one", 0, spec)])
+        assert err.value.status == "ETCD_TRANSACTION_FAILED" and err.value.revision >= revision
+        assert "new/one" in str(err.value)
+        deleted = await client.apply([SpecChange("new/one", revision, None)])
+        assert deleted > revision
+        while (await asyncio.wait_for(updates.get(), 10)).journals:
+            pass  # the deletion shows up in the watch
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
 
 
-async def test_fragments_and_direct_reads(broker_server: BrokerServer,
-                                          client: JournalClient, tmp_path: Path) -> None:
-    replica = broker_server.broker.replicas[JOURNAL]
-    content = b""
-    for i in range(3):
-        line = b'{"n": %d}\n' % i
-        await client.append(JOURNAL, line)
-        content += line
-        await replica.roll()
-    await client.append(JOURNAL, b"open\n")
-    content += b"open\n"
-    await asyncio.wait_for(broker_server.broker.persister.wait_idle(), 10)
-    frags = await client.list_fragments(JOURNAL, signature_ttl=timedelta(minutes=1),
-                                        page_limit=1)
-    assert [f.fragment.begin for f in frags] == [0, 9, 18, 27]
-    assert all(f.signed_url for f in frags[:3]) and not frags[3].signed_url
-    pages = [len(p) async for p in client.fragments(JOURNAL, page_limit=3)]
-    assert pages == [3, 1]
+async def test_a_watch_reconnects_after_a_cut(client: JournalClient, relayed: JournalClient,
+                                              relay: Relay) -> None:
+    async with contextlib.aclosing(relayed.watch("prefix=new/")) as updates:
+        assert (await asyncio.wait_for(anext(updates), 10)).journals == []
+        relay.cut()
+        await client.apply([SpecChange("new/one", 0, JournalSpec("new/one", replication=1))])
+        async with asyncio.timeout(10):
+            async for listing in updates:
+                if [j.spec.name for j in listing.journals] == ["new/one"]:
+                    break
+    assert relay.connections >= 2
 
-    assert await read_all(client, direct=True) == content
-    assert await read_all(client, offset=12, direct=True) == content[12:]
 
-    # A corrupt stored fragment is detected, never served as good.
-    path = Path(frags[1].signed_url.removeprefix("file://"))
-    stored = await asyncio.to_thread(path.read_bytes)
-    await asyncio.to_thread(path.write_bytes, stored[:-3] + b"xyz")
+# -- fragments and direct reads --------------------------------------------------------
+
+
+async def persist(broker: BrokerServer, client: JournalClient, journal: str,
+                  parts: list[bytes]) -> None:
+    """Append each part as a fragment of its own, and persist them all."""
+    for part in parts:
+        await client.append(journal, part)
+        await broker.broker.replicas[journal].roll()
+    await broker.broker.persister.wait_idle()
+
+
+async def test_fragments_are_listed_page_by_page(broker: BrokerServer,
+                                                 client: JournalClient) -> None:
+    parts = [b'{"part": %d}\n' % i * (i + 1) for i in range(5)]
+    await persist(broker, client, "test/a", parts)
+    pages = [page async for page in client.fragments("test/a", page_limit=2)]
+    assert [len(p) for p in pages] == [2, 2, 1]
+    infos = await client.list_fragments("test/a", page_limit=2,
+                                        signature_ttl=timedelta(minutes=5))
+    assert [i.fragment for p in pages for i in p] == [i.fragment for i in infos]
+    assert [i.fragment.begin for i in infos[1:]] == [i.fragment.end for i in infos[:-1]]
+    for info, part in zip(infos, parts, strict=True):
+        assert info.fragment.backing_store and info.signed_url.startswith("file://")
+        assert b"".join([c async for c in fetch_fragment(info.signed_url, info.fragment)]) \
+            == part
+    assert await client.list_fragments("test/b") == []
+    with pytest.raises(ValidationError) as err:  # the broker's INVALID_ARGUMENT
+        await client.list_fragments("test/a", page_limit=20_000)
+    assert err.value.field == "page_limit"
+
+
+async def test_direct_reads_fetch_persisted_fragments(broker: BrokerServer,
+                                                      client: JournalClient) -> None:
+    parts = [os.urandom(300_000) for _ in range(3)]
+    await persist(broker, client, "test/a", parts)
+    await client.append("test/a", b"not persisted yet\n")
+    expected = b"".join(parts) + b"not persisted yet\n"
+    from_store = READ_BYTES.labels("store")._value.get()
+    chunks = await read_all(client, "test/a", 1000, direct=True)
+    assert joined(chunks) == expected[1000:]
+    assert READ_BYTES.labels("store")._value.get() - from_store == len(expected) - 1000 - 18
+    bounded = await read_all(client, "test/a", 5, direct=True, end_offset=400_000)
+    assert joined(bounded) == expected[5:400_000]
+
+    # A blocking direct reader hands over to the broker at the open fragment.
+    got: list[ReadChunk] = []
+
+    async def follow() -> None:
+        async for chunk in client.read("test/a", 299_990, block=True, direct=True):
+            got.append(chunk)
+
+    reader = asyncio.create_task(follow())
+    try:
+        await client.append("test/a", b"later\n")
+        await until(lambda: sum(len(c.content) for c in got) == len(expected) - 299_990 + 6)
+        assert joined(got) == expected[299_990:] + b"later\n"
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+
+async def test_a_corrupt_stored_fragment_is_never_served(broker: BrokerServer,
+                                                         client: JournalClient) -> None:
+    parts = [b"good content\n" * 100, b"will be corrupted\n" * 100]
+    await persist(broker, client, "test/raw", parts)
+    infos = await client.list_fragments("test/raw")
+    path = Path(broker.file_root or "") / infos[1].fragment.path
+    assert path.exists()
+    corrupt = bytearray(path.read_bytes())
+    corrupt[50] ^= 0xFF
+    path.write_bytes(bytes(corrupt))
+    got: list[ReadChunk] = []
+    with pytest.raises(CorruptFragment) as err:
+        async for chunk in client.read("test/raw", 0, direct=True):
+            got.append(chunk)
+    assert infos[1].fragment.path in str(err.value)
+    assert joined(got) == parts[0]  # the good fragment, none of the corrupt one
+
+
+async def test_direct_reads_from_s3_by_presigned_url(
+        broker: BrokerServer, client: JournalClient, s3_bucket: S3Bucket,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in s3_bucket.server.env().items():  # the broker's S3 store reads these
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setattr(fetch, "MEMORY_LIMIT", 64 << 10)  # spill to the temp file too
+    await broker.apply_yaml(f"""
+name: s3/journal
+replication: 1
+fragment: {{compression_codec: GZIP, stores: ["{s3_bucket.url}frags/"]}}
+""")
+    parts = [b'{"n": %d, "pad": "%s"}\n' % (i, b"y" * 100) * 2000 for i in range(3)]
+    await persist(broker, client, "s3/journal", parts)
+    infos = await client.list_fragments("s3/journal", signature_ttl=timedelta(minutes=5))
+    assert all(i.signed_url.startswith("http://") for i in infos)
+    from_store = READ_BYTES.labels("store")._value.get()
+    assert joined(await read_all(client, "s3/journal", 10, direct=True)) \
+        == b"".join(parts)[10:]
+    assert READ_BYTES.labels("store")._value.get() - from_store == sum(map(len, parts)) - 10
+
+    # A corrupt object in the bucket is refused, nothing of it served.
+    s3 = s3_bucket.server.client()
+    try:
+        key = "frags/" + infos[0].fragment.path
+        s3.put_object(Bucket=s3_bucket.name, Key=key, Body=b"not gzip at all")
+    finally:
+        s3.close()
     with pytest.raises(CorruptFragment):
-        await read_all(client, offset=9, direct=True)
+        async for _ in client.read("s3/journal", 0, direct=True):
+            raise AssertionError("corrupt content was served")

@@ -1,23 +1,26 @@
-"""The journal client: appends (with safe retries), following reads, direct fragment
-reads, listings and spec changes against a broker, and the `AppendQueue` the message
-library's Publisher appends through. See docs/client.md."""
+"""The journal client: appends (retried only where that cannot append twice), following
+reads that resume after failures, direct reads of persisted fragments, listings, watches
+and spec changes against a broker, and the `AppendQueue` that the message library's
+Publisher appends through. See docs/client.md."""
 
 from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
 from gazette.client.fetch import fetch_fragment
 from gazette.client.journal import (
+    AppendContent,
     AppendResult,
     FragmentInfo,
     JournalClient,
     ListedJournal,
     Listing,
     ReadChunk,
-    RetryPolicy,
     Route,
-    parse_address,
 )
-from gazette.client.queue import AppendQueue
+from gazette.client.queue import AppendQueue, QueueClosed
+from gazette.client.retry import RetryPolicy
+from gazette.client.wire import parse_address
 
 __all__ = [
+    "AppendContent",
     "AppendQueue",
     "AppendResult",
     "AppendUncertain",
@@ -27,6 +30,7 @@ __all__ = [
     "JournalClient",
     "ListedJournal",
     "Listing",
+    "QueueClosed",
     "ReadChunk",
     "RetryPolicy",
     "Route",

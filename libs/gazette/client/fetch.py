@@ -1,62 +1,202 @@
-"""Reading a persisted fragment straight from its store, by a (signed) URL.
+"""Reading a persisted fragment straight from its store, by the (signed) URL a broker
+gave: ``file://`` (read in worker threads) or ``http(s)://`` (aiohttp, fetched as stored:
+no transparent decompression, the fragment's codec decodes it).
 
-The content is decoded with the fragment's codec and verified against its SHA-1 and
-length as it streams (`FragmentDecoder`): a corrupt fragment raises `CorruptFragment`
-and is never handed out as good. Decoding runs in a worker thread, one block at a time.
+Nothing is served before it is known good: the stored file is decoded and its content's
+SHA-1 and length checked against the fragment (`FragmentDecoder`) before any of it is
+yielded, so a corrupt fragment raises `CorruptFragment` having yielded nothing. A local
+file is read twice (verified, then served from the same open file: fragment files are
+immutable, and page-cache reads cost far less than holding the content); content
+fetched over HTTP is held aside while it verifies, in memory up to `MEMORY_LIMIT` and in
+an anonymous temp file beyond. Reads and decoding run in worker threads, a block at a
+time, so the event loop never stalls on a large fragment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import IO
 
 import aiohttp
 
-from gazette.fragment import Fragment
+from gazette.errors import ValidationError
+from gazette.fragment import CodecError, CorruptFragment, Decompressor, Fragment
 from gazette.fragment.codec import FragmentDecoder
+from gazette.protocol import CompressionCodec
 
+#: Bytes read (and decoded) per worker-thread call, and the largest chunk yielded.
 BLOCK = 1 << 20
+#: Verified content of one fragment held in memory before it spills to a temp file.
+MEMORY_LIMIT = 32 << 20
+#: HTTP fetches: a connect and per-read timeout, no total (fragments may be large).
+HTTP_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60)
 
 
 async def fetch_fragment(url: str, fragment: Fragment, offset: int | None = None
                          ) -> AsyncIterator[bytes]:
-    """`fragment`'s content from `offset` (default its begin) to its end, read from
-    `url` (``file://`` or ``http(s)://``)."""
+    """`fragment`'s content from `offset` (default: its begin) to its end, read from
+    `url` and verified before any of it is yielded, in chunks of up to `BLOCK` bytes.
+    Raises `CorruptFragment` if the stored file does not decode to the fragment's
+    content, `OSError` or `aiohttp.ClientError` if it cannot be read."""
     start = fragment.begin if offset is None else offset
     if not fragment.begin <= start <= fragment.end:
-        raise ValueError(f"offset {start} is outside fragment [{fragment.begin}, "
-                         f"{fragment.end})")
-    decoder = FragmentDecoder(fragment)
-    skip = start - fragment.begin
-    async for raw in _blocks(url):
-        content = await asyncio.to_thread(decoder.feed, raw)
-        if skip >= len(content):
-            skip -= len(content)
-            continue
-        yield content[skip:] if skip else content
-        skip = 0
-    rest = decoder.finish()  # verifies the SHA-1 and length of the whole fragment
-    if rest and skip < len(rest):
-        yield rest[skip:]
-
-
-async def _blocks(url: str) -> AsyncIterator[bytes]:
-    scheme = urllib.parse.urlsplit(url).scheme
-    if scheme == "file":
-        path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
-        fh = await asyncio.to_thread(open, path, "rb")
-        try:
-            while block := await asyncio.to_thread(fh.read, BLOCK):
-                yield block
-        finally:
-            fh.close()
-    elif scheme in ("http", "https"):
-        async with aiohttp.ClientSession(auto_decompress=False) as http, \
-                http.get(url) as resp:
-            resp.raise_for_status()
-            async for block in resp.content.iter_chunked(BLOCK):
-                yield block
+        raise ValidationError("offset", f"{start} is outside fragment {fragment.path} "
+                              f"[{fragment.begin}, {fragment.end})")
+    parts = urllib.parse.urlsplit(url)
+    source: AsyncGenerator[bytes, None]
+    if parts.scheme == "file":
+        source = _file_content(urllib.request.url2pathname(parts.path), fragment, start)
+    elif parts.scheme in ("http", "https"):
+        source = _http_content(url, fragment, start)
     else:
-        raise ValueError(f"cannot fetch fragments from {url!r}: not a file or http URL")
+        raise ValidationError("url", f"cannot fetch fragments from {url!r}: not a file:// "
+                              "or http(s):// URL")
+    async with contextlib.aclosing(source):
+        async for chunk in source:
+            yield chunk
+
+
+async def _file_content(path: str, fragment: Fragment, start: int
+                        ) -> AsyncGenerator[bytes, None]:
+    fh = await _open(path)
+    try:
+        decoder = FragmentDecoder(fragment)
+        while await asyncio.to_thread(_verify_block, fh, decoder):
+            pass
+        await asyncio.to_thread(decoder.finish)  # raises CorruptFragment
+        if fragment.codec is CompressionCodec.NONE:
+            await asyncio.to_thread(fh.seek, start - fragment.begin)
+            pos = start
+            while pos < fragment.end:
+                block = await asyncio.to_thread(fh.read, min(BLOCK, fragment.end - pos))
+                if not block:
+                    raise CorruptFragment(fragment, None, reason="the file shrank after "
+                                          "it was verified")
+                yield block
+                pos += len(block)
+            return
+        await asyncio.to_thread(fh.seek, 0)
+        decompressor = Decompressor(fragment.codec, limit=fragment.size)
+        skip = start - fragment.begin
+        while True:
+            content, more = await asyncio.to_thread(_decode_block, fh, decompressor, fragment)
+            if skip:
+                cut = min(skip, len(content))
+                content, skip = content[cut:], skip - cut
+            for i in range(0, len(content), BLOCK):
+                yield content[i:i + BLOCK] if len(content) > BLOCK else content
+            if not more:
+                return
+    finally:
+        await asyncio.to_thread(fh.close)
+
+
+def _verify_block(fh: IO[bytes], decoder: FragmentDecoder) -> bool:
+    raw = fh.read(BLOCK)
+    if raw:
+        decoder.feed(raw)
+    return bool(raw)
+
+
+def _decode_block(fh: IO[bytes], decompressor: Decompressor, fragment: Fragment
+                  ) -> tuple[bytes, bool]:
+    raw = fh.read(BLOCK)
+    try:
+        return (decompressor.feed(raw), True) if raw else (decompressor.finish(), False)
+    except CodecError as err:  # it verified a moment ago: the file changed
+        raise CorruptFragment(fragment, None, reason=str(err)) from err
+
+
+async def _http_content(url: str, fragment: Fragment, start: int
+                        ) -> AsyncGenerator[bytes, None]:
+    held = _Held(start - fragment.begin)
+    try:
+        decoder = FragmentDecoder(fragment)
+        async for content in _decoded(url, decoder):
+            await held.add(content)
+        await held.add(await asyncio.to_thread(decoder.finish))  # verifies SHA-1, length
+        async for chunk in held.replay():
+            yield chunk
+    finally:
+        await held.close()
+
+
+async def _decoded(url: str, decoder: FragmentDecoder) -> AsyncIterator[bytes]:
+    """Content decoded from the HTTP response for `url`, a block at a time."""
+    async with aiohttp.ClientSession(auto_decompress=False, timeout=HTTP_TIMEOUT) as http, \
+            http.get(url) as resp:
+        resp.raise_for_status()
+        pending: list[bytes] = []
+        size = 0
+        async for data in resp.content.iter_chunked(BLOCK):
+            pending.append(data)
+            size += len(data)
+            if size >= BLOCK:
+                yield await asyncio.to_thread(decoder.feed, b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            yield await asyncio.to_thread(decoder.feed, b"".join(pending))
+
+
+async def _open(path: str) -> IO[bytes]:
+    """`path` opened in a worker thread; closed again if we are cancelled meanwhile (so
+    that no file descriptor leaks)."""
+    opening = asyncio.ensure_future(asyncio.to_thread(open, path, "rb", buffering=0))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(
+            lambda f: f.result().close() if not f.cancelled() and not f.exception() else None)
+        raise
+
+
+class _Held:
+    """Decoded content (from `skip` bytes in) kept aside until the fragment verifies."""
+
+    def __init__(self, skip: int) -> None:
+        self._skip = skip
+        self._memory: list[bytes] = []
+        self._size = 0
+        self._file: IO[bytes] | None = None
+
+    async def add(self, content: bytes) -> None:
+        if self._skip:
+            cut = min(self._skip, len(content))
+            content, self._skip = content[cut:], self._skip - cut
+        if not content:
+            return
+        self._size += len(content)
+        if self._file is None and self._size <= MEMORY_LIMIT:
+            self._memory.append(content)
+            return
+        if self._file is None:
+            spill: IO[bytes] = await asyncio.to_thread(tempfile.TemporaryFile,
+                                                       prefix="gazette-fragment-")
+            self._file = spill
+            held, self._memory = self._memory, []
+            await asyncio.to_thread(spill.writelines, held)
+        else:
+            spill = self._file
+        await asyncio.to_thread(spill.write, content)
+
+    async def replay(self) -> AsyncIterator[bytes]:
+        for content in self._memory:
+            for i in range(0, len(content), BLOCK):
+                yield content[i:i + BLOCK] if len(content) > BLOCK else content
+        self._memory = []
+        if self._file is not None:
+            await asyncio.to_thread(self._file.seek, 0)
+            while block := await asyncio.to_thread(self._file.read, BLOCK):
+                yield block
+
+    async def close(self) -> None:
+        self._memory = []
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(self._file.close)
+            self._file = None

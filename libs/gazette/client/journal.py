@@ -1,18 +1,24 @@
-"""`JournalClient`: appends, reads, listings and spec changes against a broker.
+"""`JournalClient`: appends, reads, listings, spec changes and fragment listings against
+a broker, over one gRPC channel.
 
-Retries. Transport failures (the broker restarting, a cut connection) are retried with
-jittered backoff, but never so that an acknowledged append could land twice:
+Retries. Transport failures (a broker restarting, a cut connection, a timeout) are
+retried with jittered backoff (`RetryPolicy`), but never so that an acknowledged append
+could land twice:
 
-- an append that failed before its commit message was sent is retried (nothing of it can
-  have committed);
+- an append that failed before its commit message was handed to gRPC is sent again:
+  nothing of it can have committed (the broker rolls back an append whose stream ends
+  without its commit);
 - one whose commit was sent but whose answer was lost is *uncertain*. With an expected
-  `offset`, the client resolves it: it retries at the same offset; a WRONG_APPEND_OFFSET
-  then means something was written there, and the client reads those bytes back and
-  compares their SHA-1 with its own: equal means the first attempt committed (success),
-  else the append failed. Without an offset it raises `AppendUncertain`.
+  `offset`, the client resolves it: it sends it again at the same offset. The broker
+  takes one append at a time and checks the offset under that lock, so at most one of
+  the attempts can commit; WRONG_APPEND_OFFSET means something was written there first,
+  and the client reads those bytes back and compares their SHA-1 with its own: equal
+  means the first attempt committed (success), anything else means another writer won
+  (`BrokerError`, nothing of ours was written). Without an offset it raises
+  `AppendUncertain`.
 
-A reader resumes after a failure at the next offset it has not yielded, so it never yields
-a byte twice nor skips one.
+A reader resumes after a failure at the next offset it has not yielded, so it never
+yields a byte twice nor skips one.
 """
 
 from __future__ import annotations
@@ -21,23 +27,27 @@ import asyncio
 import builtins
 import hashlib
 import logging
-import random
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import aiohttp
 import grpc
-from prometheus_client import Counter
 
 from gazette import names
-from gazette.client.errors import (
-    AppendUncertain,
-    ApplyConflict,
-    BrokerError,
-    Unavailable,
-)
+from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
 from gazette.client.fetch import fetch_fragment
+from gazette.client.metrics import APPEND_BYTES, APPENDS, READ_BYTES
+from gazette.client.retry import RETRYABLE, Backoff, RetryPolicy, rpc_error
+from gazette.client.wire import (
+    CHANNEL_OPTIONS,
+    Content,
+    Packer,
+    encode_append,
+    pack,
+    parse_address,
+)
 from gazette.errors import ValidationError
 from gazette.fragment import Fragment, fragment_from_pb
 from gazette.labels import LabelSet, Selector
@@ -45,6 +55,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import (
     JournalSpec,
+    ProcessId,
     journal_spec_from_pb,
     journal_spec_to_pb,
     labels_from_pb,
@@ -56,61 +67,42 @@ from gazette.protocol.trees import SpecChange
 
 log = logging.getLogger(__name__)
 
-APPENDS = Counter("gazette_client_appends_total", "Appends committed by this client")
-APPEND_BYTES = Counter("gazette_client_append_bytes_total", "Bytes appended by this client")
-RETRIES = Counter("gazette_client_retries_total", "Requests retried after transport errors",
-                  ["op"])
-READ_BYTES = Counter("gazette_client_read_bytes_total", "Bytes read by this client")
+#: What `append` takes: bytes-like content, or chunks of it (a sync iterable is
+#: collected first so the append can be sent again; an async one is streamed once).
+AppendContent = bytes | bytearray | memoryview | Iterable[bytes] | AsyncIterable[bytes]
 
-#: Content per Append message: large messages cost far less per byte over gRPC.
-MESSAGE_BYTES = 1 << 20
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-]
-#: Transport failures worth retrying.
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-             grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
-             grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED}
-
-Content = bytes | memoryview | Iterable[bytes] | AsyncIterable[bytes]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """`attempts` tries in all, waiting `initial` seconds (doubling up to `max_delay`,
-    with ±50 % jitter) between them."""
-
-    attempts: int = 8
-    initial: float = 0.05
-    max_delay: float = 2.0
-
-    def delays(self) -> Iterable[float]:
-        delay = self.initial
-        for _ in range(self.attempts - 1):
-            yield delay * random.uniform(0.5, 1.5)
-            delay = min(delay * 2, self.max_delay)
+_COMMIT = pb.AppendRequest()  # an empty content message commits the append
 
 
 @dataclass(frozen=True)
 class AppendResult:
+    """A committed append: `commit` spans its bytes [begin, end) with the SHA-1 of just
+    its content; `registers` are the journal's registers after it."""
+
     commit: Fragment
     registers: LabelSet
 
 
 @dataclass(frozen=True)
 class ReadChunk:
+    """`content` of the journal starting at `offset`, out of `fragment`; `write_head` as
+    of this chunk (how far behind the head a reader is)."""
+
     offset: int
     content: bytes
     fragment: Fragment
     write_head: int
 
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.content)
+
 
 @dataclass(frozen=True)
 class Route:
-    """Which brokers serve a journal: members as ``zone/suffix``, the primary's index."""
+    """The brokers serving a journal: `members` as ``zone/suffix`` (sorted), the index
+    of the `primary` among them (-1: none) and their `endpoints` (index-aligned, may be
+    empty). A journal no broker serves has the empty route."""
 
     members: tuple[str, ...] = ()
     primary: int = -1
@@ -118,16 +110,25 @@ class Route:
 
     @property
     def primary_member(self) -> str:
+        """The primary's ``zone/suffix`` ("" if none)."""
         return self.members[self.primary] if 0 <= self.primary < len(self.members) else ""
 
+    @property
+    def member_ids(self) -> tuple[ProcessId, ...]:
+        return tuple(ProcessId(*m.split("/", 1)) for m in self.members)
+
     @classmethod
-    def from_pb(cls, msg: Any) -> Route:
+    def from_pb(cls, msg: pb.Route) -> Route:
         return cls(tuple(f"{m.zone}/{m.suffix}" for m in msg.members), msg.primary,
                    tuple(msg.endpoints))
 
 
 @dataclass(frozen=True)
 class ListedJournal:
+    """A journal of a listing: its spec, the etcd revisions it was created and last
+    modified at (pass `mod_revision` to `apply` to change it), and its route (empty
+    while no broker serves it)."""
+
     spec: JournalSpec
     mod_revision: int
     create_revision: int
@@ -136,67 +137,86 @@ class ListedJournal:
 
 @dataclass(frozen=True)
 class Listing:
+    """The journals matching a selector (sorted by name) as of etcd `revision`."""
+
     revision: int
     journals: list[ListedJournal]
 
 
 @dataclass(frozen=True)
 class FragmentInfo:
+    """A fragment of a journal and, if requested and it is persisted, a signed URL to
+    fetch it from its store (`fetch_fragment`)."""
+
     fragment: Fragment
     signed_url: str
 
 
-def parse_address(address: str) -> str:
-    """A gRPC target from ``host:port``, ``http://host:port`` or ``grpc://host:port``."""
-    if not isinstance(address, str) or not address.strip():
-        raise ValidationError("address", "expected host:port or http://host:port")
-    for scheme in ("http://", "https://", "grpc://"):
-        if address.startswith(scheme):
-            address = address[len(scheme):].rstrip("/")
-            break
-    if address.startswith("unix:"):
-        return address
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or "/" in address:
-        raise ValidationError("address", f"{address!r} is not host:port")
-    return address
-
-
-def coalesce(chunks: Iterable[bytes | memoryview]) -> list[bytes]:
-    """`chunks` as messages of about `MESSAGE_BYTES`: small chunks are joined (one
-    memcpy costs far less than a gRPC message each), large ones pass as they are."""
-    out: list[bytes] = []
-    group: list[bytes | memoryview] = []
-    size = 0
-    for chunk in chunks:
-        if size and size + len(chunk) > MESSAGE_BYTES:
-            out.append(group[0] if len(group) == 1 and isinstance(group[0], bytes)
-                       else b"".join(group))
-            group, size = [], 0
-        group.append(chunk)
-        size += len(chunk)
-    if group:
-        out.append(group[0] if len(group) == 1 and isinstance(group[0], bytes)
-                   else b"".join(group))
-    return [part for part in out if part]
-
-
 def _selector(selector: Selector | str) -> Selector:
-    return selector if isinstance(selector, Selector) else Selector.parse(selector or "")
+    if isinstance(selector, Selector):
+        return selector
+    if not isinstance(selector, str):
+        raise ValidationError("selector", f"expected a Selector or str, got "
+                              f"{type(selector).__name__}")
+    return Selector.parse(selector) if selector.strip() else Selector()
+
+
+def _not_str(content: object) -> None:
+    if isinstance(content, str):
+        raise ValidationError("content", "expected bytes, got str (encode it first)")
+
+
+def _check_offset(value: object, field: str, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValidationError(field, f"expected an int >= {lo}, got {value!r}")
+    return value
+
+
+class _AttemptFailed(Exception):
+    """One Append attempt failed in transport; `committing`: its commit had been sent."""
+
+    def __init__(self, err: grpc.aio.AioRpcError, committing: bool) -> None:
+        super().__init__(str(err))
+        self.err, self.committing = err, committing
 
 
 class JournalClient:
-    """A connection to a broker. ``async with JournalClient("localhost:8080") as c``."""
+    """A client of one broker (``async with JournalClient("localhost:8080") as c``).
+
+    `address` is ``host:port``, ``http://host:port`` or ``grpc://host:port``, or a gRPC
+    target such as ``unix:/path``. `retry` governs retries of transport failures;
+    `timeout` bounds each unary request (listings, applies, metadata reads; not appends
+    and reads, which may stream for long); `channel_options` are added to (and override)
+    the client's gRPC channel options. Safe to share between tasks of one event loop.
+    """
 
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
-                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+                 channel_options: Sequence[tuple[str, Any]] = (),
+                 timeout: float = 30.0) -> None:
         self.address = parse_address(address)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValidationError("retry", f"expected a RetryPolicy, got {type(retry).__name__}")
         self.retry = retry or RetryPolicy()
-        self._channel = grpc.aio.insecure_channel(
-            self.address, options=[*CHANNEL_OPTIONS, *channel_options])
+        if not timeout > 0:
+            raise ValidationError("timeout", f"must be > 0 seconds, got {timeout!r}")
+        self.timeout = timeout
+        options = dict(CHANNEL_OPTIONS)
+        options.update(dict(channel_options))
+        self._channel = grpc.aio.insecure_channel(self.address, options=list(options.items()))
         self._stub = broker_pb2_grpc.JournalStub(self._channel)
+        self._closed = False
+        self._append_rpc: grpc.aio.StreamUnaryMultiCallable[
+            Content | pb.AppendRequest, pb.AppendResponse] = self._channel.stream_unary(
+                "/gazette.broker.Journal/Append", request_serializer=encode_append,
+                response_deserializer=pb.AppendResponse.FromString)
+
+    def __repr__(self) -> str:
+        return f"JournalClient({self.address!r})"
 
     async def close(self) -> None:
+        """Close the channel: RPCs still running end with `Unavailable` (code CLOSED),
+        and so do calls made afterwards."""
+        self._closed = True
         await self._channel.close(None)
 
     async def __aenter__(self) -> JournalClient:
@@ -205,292 +225,491 @@ class JournalClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _backoff(self, op: str, delays: Iterator[float], err: grpc.aio.AioRpcError
-                       ) -> None:
-        delay = next(delays, None)
-        if delay is None or err.code() not in RETRYABLE:
-            raise Unavailable(f"{op} via {self.address}: {err.code().name}: "
-                              f"{err.details()}") from err
-        RETRIES.labels(op).inc()
-        log.debug("%s failed (%s); retrying in %.2fs", op, err.code().name, delay)
-        await asyncio.sleep(delay)
+    def _backoff(self, op: str, journal: str = "") -> Backoff:
+        if self._closed:
+            raise Unavailable(op, self.address, "CLOSED", "the client was closed", journal)
+        return Backoff(self.retry, op, self.address, journal, lambda: self._closed)
 
-    # -- appends --
+    # -- appends -------------------------------------------------------------------
 
-    async def append(self, journal: str, content: Content, *, offset: int | None = None,
-                     check_registers: Selector | None = None,
+    async def append(self, journal: str, content: AppendContent, *,
+                     offset: int | None = None, check_registers: Selector | None = None,
                      union_registers: LabelSet | None = None,
                      subtract_registers: LabelSet | None = None) -> AppendResult:
-        """Append `content` to `journal` atomically. Raises `BrokerError` when refused
-        (nothing was written). A streamed (async) `content` is not retried: it cannot
-        be replayed."""
+        """Append `content` to `journal` atomically (never interleaved with another
+        append). With `offset`, only if the journal's write head is there (and then a
+        lost answer is resolved, see the module docs; 0 checks nothing: the protocol
+        cannot express "expect an empty journal"). With `check_registers`, only if the
+        journal's registers match; `union_registers`/`subtract_registers` change them
+        when it commits.
+
+        Raises `BrokerError` when refused (nothing written), `AppendUncertain` when the
+        outcome is unknown, `Unavailable` when the broker cannot be reached (nothing
+        written). Buffers passed in must not change until this returns."""
         names.validate_journal_name(journal, "journal")
-        first = pb.AppendRequest(journal=journal, offset=offset or 0)
+        backoff = self._backoff("append", journal)
+        expect = 0 if offset is None else _check_offset(offset, "offset", 0)
+        first = pb.AppendRequest(journal=journal, offset=expect)
         if check_registers is not None:
+            if not isinstance(check_registers, Selector):
+                raise ValidationError("check_registers", "expected a Selector")
             first.check_registers.CopyFrom(selector_to_pb(check_registers))
         if union_registers:
             first.union_registers.CopyFrom(labels_to_pb(union_registers))
         if subtract_registers:
             first.subtract_registers.CopyFrom(labels_to_pb(subtract_registers))
-        replayable = not isinstance(content, AsyncIterable)
-        parts: list[bytes] = []
-        if isinstance(content, bytes) and len(content) <= MESSAGE_BYTES:
-            parts = [content]
-        elif isinstance(content, bytes | memoryview):
-            view = memoryview(content)
-            parts = [bytes(view[i:i + MESSAGE_BYTES])
-                     for i in range(0, len(view), MESSAGE_BYTES)]
-        elif replayable:
-            parts = coalesce(content)  # type: ignore[arg-type]
-        delays = iter(self.retry.delays())
+        if isinstance(content, AsyncIterable):
+            return await self._append_streamed(journal, first, content)
+        _not_str(content)
+        if isinstance(content, bytes | bytearray | memoryview):
+            messages, size = pack([content])
+        else:
+            messages, size = pack(content)
+
         uncertain = False
         while True:
-            sent_commit = False
-
-            async def requests() -> AsyncIterator[pb.AppendRequest]:
-                nonlocal sent_commit
-                yield first
-                if replayable:
-                    for part in parts:
-                        yield pb.AppendRequest(content=part)
-                else:
-                    async for chunk in content:  # type: ignore[union-attr]
-                        yield pb.AppendRequest(content=chunk)
-                sent_commit = True
-                yield pb.AppendRequest()
-
             try:
-                resp = await self._stub.Append(requests())
-            except grpc.aio.AioRpcError as err:
-                if not replayable:
-                    raise Unavailable(f"append to {journal}: {err.code().name}: "
-                                      f"{err.details()}") from err
-                if sent_commit:
-                    if offset is None:
-                        raise AppendUncertain(
-                            f"append to {journal}: the answer to its commit was lost "
-                            f"({err.code().name}); it may or may not have committed") from err
-                    uncertain = True
-                await self._backoff("append", delays, err)
+                resp = await self._attempt(first, messages)
+            except _AttemptFailed as failed:
+                # Only a transport failure leaves a sent commit in doubt: other codes are
+                # the broker's own refusals, made before anything was written.
+                uncertain = uncertain or (failed.committing and failed.err.code() in RETRYABLE)
+                if uncertain and not expect:
+                    raise AppendUncertain(
+                        journal, f"the answer to its commit was lost "
+                        f"({failed.err.code().name}: {failed.err.details()})") from failed.err
+                try:
+                    await backoff.wait(failed.err)
+                except (Unavailable, BrokerError) as exc:
+                    if uncertain:
+                        raise AppendUncertain(journal, f"its commit was sent but resolving "
+                                              f"it failed: {exc}", expect) from exc
+                    raise
                 continue
-            if resp.status == pb.WRONG_APPEND_OFFSET and uncertain and offset is not None:
-                return await self._resolve(journal, offset, parts)
-            if resp.status != pb.OK:
-                raise BrokerError(pb.Status.Name(resp.status), journal)
-            commit = fragment_from_pb(resp.commit, "commit")
-            APPENDS.inc()
-            APPEND_BYTES.inc(commit.size)
-            return AppendResult(commit, labels_from_pb(resp.registers, "registers"))
+            if resp.status == pb.WRONG_APPEND_OFFSET and uncertain:
+                try:
+                    return await self._resolve(journal, expect, messages, size)
+                except Unavailable as exc:
+                    raise AppendUncertain(journal, f"its commit was sent but reading it "
+                                          f"back failed: {exc}", expect) from exc
+            return self._result(journal, resp)
 
-    async def _resolve(self, journal: str, offset: int, parts: list[bytes]
-                       ) -> AppendResult:
-        """An uncertain append at `offset`: did our bytes land there?"""
-        sha1 = hashlib.sha1()
-        size = 0
-        for part in parts:
-            sha1.update(part)
-            size += len(part)
-        written = hashlib.sha1()
-        frag: Fragment | None = None
+    async def _attempt(self, first: pb.AppendRequest, messages: Iterable[Content]
+                       ) -> pb.AppendResponse:
+        """One Append RPC; `_AttemptFailed` on a transport failure."""
+
+        async def send() -> AsyncIterator[Content]:
+            for msg in messages:
+                yield msg
+
+        return await self._send(first, send())
+
+    async def _send(self, first: pb.AppendRequest, messages: AsyncIterator[Content]
+                    ) -> pb.AppendResponse:
+        """Write an Append stream and commit it; the broker's answer, or `_AttemptFailed`
+        (with whether the commit had been handed to gRPC) when the transport failed.
+
+        A broker refusing an append answers at once, without reading its content, so a
+        write may fail because the call already ended; gRPC then reports INTERNAL from
+        the write, while the call itself holds the broker's real answer. So a failed
+        write is never the outcome: the call is (boundedly) awaited for it."""
+        call = self._append_rpc(None)
+        committing = False
+        write_error: grpc.aio.AioRpcError | None = None
+        try:
+            try:
+                await call.write(first)
+                async for msg in messages:
+                    await call.write(msg)
+                committing = True
+                await call.write(_COMMIT)
+                await call.done_writing()
+            except asyncio.InvalidStateError:
+                pass  # the call ended before we were done: read its outcome below
+            except grpc.aio.AioRpcError as err:
+                write_error = err
+                log.debug("append to %s: a write failed (%s); awaiting the call's outcome",
+                          first.journal, err.code().name)
+            if write_error is None:
+                return await call
+            try:
+                async with asyncio.timeout(self.timeout):
+                    return await call
+            except TimeoutError:
+                raise _AttemptFailed(write_error, committing) from write_error
+        except grpc.aio.AioRpcError as err:
+            raise _AttemptFailed(err, committing) from err
+        except BaseException:
+            call.cancel()
+            raise
+
+    async def _append_streamed(self, journal: str, first: pb.AppendRequest,
+                               content: AsyncIterable[bytes]) -> AppendResult:
+        """An append of streamed content: sent once (it cannot be replayed), in large
+        messages as it arrives."""
+        packer = Packer()
+
+        async def send() -> AsyncIterator[Content]:
+            async for chunk in content:
+                for msg in packer.add(chunk):
+                    yield msg
+            for msg in packer.finish():
+                yield msg
+
+        try:
+            resp = await self._send(first, send())
+        except _AttemptFailed as failed:
+            err = failed.err
+            if failed.committing and err.code() in RETRYABLE:
+                raise AppendUncertain(journal, f"the answer to its commit was lost "
+                                      f"({err.code().name}: {err.details()}); streamed "
+                                      f"content cannot be sent again") from err
+            if err.code() not in RETRYABLE:
+                raise rpc_error(err, journal) from err
+            raise Unavailable("append", self.address, err.code().name,
+                              f"{err.details()} (nothing was written; streamed content "
+                              "cannot be sent again)", journal) from err
+        return self._result(journal, resp)
+
+    def _result(self, journal: str, resp: pb.AppendResponse) -> AppendResult:
+        if resp.status != pb.OK:
+            raise BrokerError(pb.Status.Name(resp.status), journal, "nothing was appended")
+        commit = fragment_from_pb(resp.commit, "commit")
+        APPENDS.inc()
+        APPEND_BYTES.inc(commit.size)
+        return AppendResult(commit, labels_from_pb(resp.registers, "registers"))
+
+    async def _resolve(self, journal: str, offset: int, messages: list[Content],
+                       size: int) -> AppendResult:
+        """An uncertain append expected at `offset` met WRONG_APPEND_OFFSET when sent
+        again: are the bytes at [offset, offset + size) ours?"""
+        ours = hashlib.sha1()
+        for msg in messages:
+            for part in msg.parts:
+                ours.update(part)
+        theirs, got = hashlib.sha1(), 0
         async for chunk in self.read(journal, offset, end_offset=offset + size):
-            written.update(chunk.content)
-            frag = chunk.fragment
-        if frag is None or written.digest() != sha1.digest():
+            if chunk.offset != offset + got:
+                break  # a hole: not what we wrote
+            theirs.update(chunk.content)
+            got += len(chunk.content)
+        if got != size or theirs.digest() != ours.digest():
             raise BrokerError("WRONG_APPEND_OFFSET", journal,
-                              f"another write landed at offset {offset}")
-        commit = Fragment(journal, offset, offset + size, sha1.digest())
+                              f"an uncertain append expected at offset {offset} did not "
+                              f"commit: other content was written there first")
+        log.info("uncertain append to %s at %d resolved: it had committed", journal, offset)
+        commit = Fragment(journal, offset, offset + size, ours.digest())
+        APPENDS.inc()
+        APPEND_BYTES.inc(size)
+        # The journal's registers after that append are not known any more.
         return AppendResult(commit, LabelSet())
 
-    # -- reads --
+    # -- reads ---------------------------------------------------------------------
 
     async def read(self, journal: str, offset: int = 0, *, block: bool = False,
                    end_offset: int = 0, direct: bool = False) -> AsyncIterator[ReadChunk]:
-        """Content of `journal` from `offset` (-1: the write head) to its write head (or
-        for ever with `block`, or to `end_offset`). With `direct`, persisted fragments
-        are read from their stores by URL rather than through the broker."""
+        """The content of `journal` from `offset` (-1: the write head when the read
+        starts), as chunks of up to about 1 MiB: up to the write head (without `block`),
+        for ever, following appends (with `block`), or up to `end_offset` (if non-zero).
+        Content missing from the journal (removed by retention) is skipped: a chunk's
+        offset says where it is. With `direct`, fragments the broker says are persisted
+        are fetched from their stores by URL (sparing the broker the bytes) and verified
+        before they are yielded. Close it early with `contextlib.aclosing`."""
         names.validate_journal_name(journal, "journal")
-        delays = iter(self.retry.delays())
-        while not end_offset or offset < end_offset:
+        pos = _check_offset(offset, "offset", -1)
+        end = _check_offset(end_offset, "end_offset", 0)
+        if pos == -1:
+            pos = await self.write_head(journal)
+        backoff = self._backoff("read", journal)
+        while not end or pos < end:
             try:
+                bound = end
                 if direct:
-                    moved = False
-                    async for chunk in self._read_direct(journal, offset, block, end_offset):
-                        offset = chunk.offset + len(chunk.content)
-                        moved = True
-                        yield chunk
-                    if moved:
-                        continue  # past a persisted fragment: look again
-                async for chunk in self._read_stream(journal, offset, block, end_offset):
-                    offset = chunk.offset + len(chunk.content)
-                    delays = iter(self.retry.delays())  # progress: a fresh retry budget
-                    yield chunk
+                    meta = await self._metadata(journal, pos, block)
+                    if meta is None:
+                        return  # at the write head
+                    frag = fragment_from_pb(meta.fragment)
+                    pos = max(pos, meta.offset)
+                    if meta.fragment_url:
+                        stop = min(frag.end, end) if end else frag.end
+                        async for chunk in self._fetch(meta, frag, pos, stop):
+                            pos = chunk.end
+                            yield chunk
+                        pos = max(pos, stop)
+                        backoff.reset()
+                        continue
+                    if frag.end < meta.write_head:  # a closed fragment: then look again
+                        bound = min(frag.end, end) if end else frag.end
+                start = pos
+                async for resp in self._read_stream(journal, pos, block, bound):
+                    content = resp.content
+                    if resp.offset < pos:  # never yield a byte twice
+                        content = content[pos - resp.offset:]
+                    at = max(resp.offset, pos)
+                    if end and at + len(content) > end:
+                        content = content[:end - at]
+                    if not content:
+                        continue
+                    READ_BYTES.labels("broker").inc(len(content))
+                    pos = at + len(content)
+                    backoff.reset()
+                    yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
+                                    resp.write_head)
+                if bound != end and pos > start:
+                    continue  # read a closed fragment through the broker: look again
+                if block and not (end and pos >= end):
+                    raise _ended_early(journal)  # streams of blocking reads don't end
                 return
             except grpc.aio.AioRpcError as err:
-                if err.code() == grpc.StatusCode.DATA_LOSS:
-                    raise BrokerError("DATA_LOSS", journal, err.details() or "") from err
-                await self._backoff("read", delays, err)
+                await backoff.wait(err)
 
     async def _read_stream(self, journal: str, offset: int, block: bool, end_offset: int
-                           ) -> AsyncIterator[ReadChunk]:
+                           ) -> AsyncIterator[pb.ReadResponse]:
+        """Responses with content; ends at the write head (non-blocking reads)."""
         call = self._stub.Read(pb.ReadRequest(journal=journal, offset=offset, block=block,
                                               end_offset=end_offset))
         try:
             async for resp in call:
-                if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
-                    return  # at the write head
                 if resp.status != pb.OK:
-                    raise BrokerError(pb.Status.Name(resp.status), journal)
-                if not resp.content:
-                    continue
-                READ_BYTES.inc(len(resp.content))
-                yield ReadChunk(resp.offset, resp.content,
-                                fragment_from_pb(resp.fragment), resp.write_head)
+                    if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
+                        return
+                    raise BrokerError(pb.Status.Name(resp.status), journal,
+                                      f"reading from offset {offset}")
+                if resp.content:
+                    yield resp
         finally:
             call.cancel()
 
-    async def _read_direct(self, journal: str, offset: int, block: bool, end_offset: int
-                           ) -> AsyncIterator[ReadChunk]:
-        """Content of the persisted fragment at `offset`, fetched from its store; nothing
-        if the broker offers no URL for it (then the caller reads through the broker)."""
-        resp = await self._metadata(journal, offset, block)
-        if resp is None or not resp.fragment_url:
-            return
-        frag = fragment_from_pb(resp.fragment)
-        pos = resp.offset
-        async for content in fetch_fragment(resp.fragment_url, frag, pos):
-            if end_offset and pos + len(content) > end_offset:
-                content = content[:end_offset - pos]
-            READ_BYTES.inc(len(content))
-            yield ReadChunk(pos, content, frag, resp.write_head)
-            pos += len(content)
-            if end_offset and pos >= end_offset:
-                return
+    async def _metadata(self, journal: str, offset: int, block: bool
+                        ) -> pb.ReadResponse | None:
+        """The broker's one answer to a metadata-only read at `offset`: where the read
+        starts, its fragment, and a URL if that fragment is only in a store. None at the
+        write head (non-blocking)."""
+        call = self._stub.Read(pb.ReadRequest(journal=journal, offset=offset, block=block,
+                                              metadata_only=True),
+                               timeout=None if block else self.timeout)
+        try:
+            async for resp in call:
+                if resp.status == pb.OK:
+                    return resp
+                if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
+                    return None
+                raise BrokerError(pb.Status.Name(resp.status), journal,
+                                  f"reading from offset {offset}")
+        finally:
+            call.cancel()
+        raise _ended_early(journal)
 
-    async def _metadata(self, journal: str, offset: int, block: bool) -> Any:
-        """The metadata-only read response at `offset` (None at the write head)."""
-        async for resp in self._stub.Read(pb.ReadRequest(
-                journal=journal, offset=offset, block=block, metadata_only=True)):
-            if resp.status == pb.OFFSET_NOT_YET_AVAILABLE:
-                return None if not block else resp
-            if resp.status != pb.OK:
-                raise BrokerError(pb.Status.Name(resp.status), journal)
-            return resp
-        return None
+    async def _fetch(self, meta: pb.ReadResponse, frag: Fragment, pos: int, stop: int
+                     ) -> AsyncIterator[ReadChunk]:
+        """[pos, stop) of a persisted fragment, from its store; read through the broker
+        instead if the store cannot be reached from here (a corrupt file raises)."""
+        yielded = False
+        try:
+            async for content in fetch_fragment(meta.fragment_url, frag, pos):
+                if pos + len(content) > stop:
+                    content = content[:stop - pos]
+                if content:
+                    READ_BYTES.labels("store").inc(len(content))
+                    yielded = True
+                    yield ReadChunk(pos, content, frag, meta.write_head)
+                    pos += len(content)
+                if pos >= stop:
+                    return
+            return
+        except (OSError, aiohttp.ClientError, ValidationError) as exc:
+            if yielded:
+                raise  # cannot fall back cleanly in the middle
+            log.warning("cannot fetch %s from its store (%s); reading it through the "
+                        "broker", frag.path, exc)
+        async for resp in self._read_stream(frag.journal, pos, False, stop):
+            at = max(resp.offset, pos)
+            content = resp.content[at - resp.offset:]
+            if content:
+                READ_BYTES.labels("broker").inc(len(content))
+                yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
+                                resp.write_head)
+                pos = at + len(content)
 
     async def write_head(self, journal: str) -> int:
         """The journal's write head: the offset its next append will start at."""
         names.validate_journal_name(journal, "journal")
-        delays = iter(self.retry.delays())
+        backoff = self._backoff("write_head", journal)
         while True:
+            call = self._stub.Read(pb.ReadRequest(journal=journal, offset=-1,
+                                                  metadata_only=True), timeout=self.timeout)
             try:
-                async for resp in self._stub.Read(pb.ReadRequest(
-                        journal=journal, offset=-1, metadata_only=True)):
+                async for resp in call:
                     if resp.status not in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):
-                        raise BrokerError(pb.Status.Name(resp.status), journal)
+                        raise BrokerError(pb.Status.Name(resp.status), journal,
+                                          "asking for the write head")
                     return int(resp.write_head)
-                raise BrokerError("NO_RESPONSE", journal)
+                raise _ended_early(journal)
             except grpc.aio.AioRpcError as err:
-                await self._backoff("write_head", delays, err)
+                await backoff.wait(err)
+            finally:
+                call.cancel()
 
-    # -- specs --
+    # -- journals and specs ----------------------------------------------------------
 
     async def list(self, selector: Selector | str = "") -> Listing:
-        """Journals whose labels match `selector` (all with an empty one)."""
+        """Journals whose labels match `selector` (all with an empty one), e.g.
+        ``"prefix=foobar/, name not in (foobar/part-001)"``."""
         request = pb.ListRequest(selector=selector_to_pb(_selector(selector)))
-        delays = iter(self.retry.delays())
+        backoff = self._backoff("list")
         while True:
+            call = self._stub.List(request, timeout=self.timeout)
             try:
-                async for resp in self._stub.List(request):
-                    return self._listing(resp)
-                raise BrokerError("NO_RESPONSE")
+                async for resp in call:
+                    return _listing(resp)
+                raise _ended_early("")
             except grpc.aio.AioRpcError as err:
-                if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                    raise ValidationError("selector", err.details() or "") from err
-                await self._backoff("list", delays, err)
+                await backoff.wait(err)
+            finally:
+                call.cancel()
 
     async def watch(self, selector: Selector | str = "") -> AsyncIterator[Listing]:
-        """A fresh `Listing` now and on every change, reconnecting after failures."""
+        """A `Listing` of the journals matching `selector` now, and a fresh one after
+        every change; reconnects after transport failures (a listing already yielded is
+        not yielded again). Runs until closed (`contextlib.aclosing`)."""
         request = pb.ListRequest(selector=selector_to_pb(_selector(selector)), watch=True)
-        delays = iter(self.retry.delays())
+        backoff = self._backoff("watch")
+        last = 0
         while True:
+            request.watch_resume_revision = last
+            call = self._stub.List(request)
             try:
-                async for resp in self._stub.List(request):
-                    delays = iter(self.retry.delays())
-                    yield self._listing(resp)
-                return
+                async for resp in call:
+                    listing = _listing(resp)
+                    backoff.reset()
+                    if listing.revision == last:
+                        continue
+                    last = listing.revision
+                    yield listing
+                raise _ended_early("")
             except grpc.aio.AioRpcError as err:
-                await self._backoff("watch", delays, err)
-
-    @staticmethod
-    def _listing(resp: Any) -> Listing:
-        if resp.status != pb.OK:
-            raise BrokerError(pb.Status.Name(resp.status))
-        journals = [ListedJournal(journal_spec_from_pb(j.spec), j.mod_revision,
-                                  j.create_revision, Route.from_pb(j.route))
-                    for j in resp.journals]
-        return Listing(resp.header.etcd.revision, sorted(journals, key=lambda j: j.spec.name))
+                await backoff.wait(err)
+            finally:
+                call.cancel()
 
     async def apply(self, changes: Sequence[SpecChange[JournalSpec]]) -> int:
-        """Apply `changes` in one transaction; returns its etcd revision. Raises
-        `ApplyConflict` if any expected revision is stale (then nothing changed)."""
+        """Apply `changes` (upserts, and deletes where `spec` is None) in one etcd
+        transaction, each only if its journal is still at its expected mod `revision`
+        (0: must not exist). Returns the transaction's revision. Raises `ApplyConflict`
+        if any revision is stale (nothing changed) and `ValidationError` naming the field
+        the broker refused."""
         request = pb.ApplyRequest()
-        for change in changes:
+        for i, change in enumerate(changes):
+            if not isinstance(change, SpecChange):
+                raise ValidationError(f"changes[{i}]", "expected a SpecChange")
             item = request.changes.add(expect_mod_revision=change.revision)
             if change.spec is None:
                 item.delete = change.name
             else:
                 item.upsert.CopyFrom(journal_spec_to_pb(change.spec))
-        try:
-            resp = await self._stub.Apply(request)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise ValidationError("changes", err.details() or "") from err
-            raise Unavailable(f"apply via {self.address}: {err.code().name}: "
-                              f"{err.details()}") from err
-        if resp.status == pb.ETCD_TRANSACTION_FAILED:
-            raise ApplyConflict(resp.header.etcd.revision)
-        if resp.status != pb.OK:
-            raise BrokerError(pb.Status.Name(resp.status))
-        return int(resp.header.etcd.revision)
+        backoff = self._backoff("apply")
+        lost = False  # an attempt's answer was lost: it may have applied
+        while True:
+            try:
+                resp = await self._stub.Apply(request, timeout=self.timeout)
+            except grpc.aio.AioRpcError as err:
+                lost = True
+                await backoff.wait(err)
+                continue
+            names_ = [c.name for c in changes]
+            if resp.status == pb.ETCD_TRANSACTION_FAILED:
+                if lost:
+                    applied = await self._applied(changes)
+                    if applied:
+                        return applied
+                raise ApplyConflict(resp.header.etcd.revision, names_)
+            if resp.status != pb.OK:
+                raise BrokerError(pb.Status.Name(resp.status), ", ".join(names_))
+            return int(resp.header.etcd.revision)
 
-    # -- fragments --
+    async def _applied(self, changes: Sequence[SpecChange[JournalSpec]]) -> int:
+        """After a lost answer and then a conflict: the revision our own earlier attempt
+        applied at, if the journals now are exactly as the changes make them (all
+        upserts at one mod revision, deletes gone); else 0."""
+        wanted = Selector(LabelSet([("name", c.name) for c in changes]))
+        listing = await self.list(wanted)
+        found = {j.spec.name: j for j in listing.journals}
+        revisions = set()
+        for change in changes:
+            got = found.get(change.name)
+            if change.spec is None:
+                if got is not None:
+                    return 0
+            elif got is None or got.spec != change.spec:
+                return 0
+            else:
+                revisions.add(got.mod_revision)
+        if len(revisions) > 1:
+            return 0
+        log.info("apply: an attempt whose answer was lost had applied the changes")
+        return revisions.pop() if revisions else listing.revision
+
+    # -- fragments -------------------------------------------------------------------
 
     async def fragments(self, journal: str, *, begin_mod_time: int = 0,
                         end_mod_time: int = 0, signature_ttl: timedelta | None = None,
                         page_limit: int = 0) -> AsyncIterator[builtins.list[FragmentInfo]]:
-        """The journal's fragments, a page at a time."""
+        """The journal's fragments in offset order, a page (of up to `page_limit`, 0:
+        the broker's default) at a time. `begin_mod_time`/`end_mod_time` (Unix seconds)
+        keep fragments persisted in that window; `signature_ttl` asks for signed URLs
+        of persisted fragments."""
         names.validate_journal_name(journal, "journal")
-        token = 0
+        _check_offset(begin_mod_time, "begin_mod_time", 0)
+        _check_offset(end_mod_time, "end_mod_time", 0)
+        _check_offset(page_limit, "page_limit", 0)
+        request = pb.FragmentsRequest(journal=journal, begin_mod_time=begin_mod_time,
+                                      end_mod_time=end_mod_time, page_limit=page_limit)
+        if signature_ttl:
+            if signature_ttl < timedelta(0):
+                raise ValidationError("signature_ttl", "must not be negative")
+            request.signature_ttl.CopyFrom(duration_to_pb(signature_ttl))
         while True:
-            request = pb.FragmentsRequest(journal=journal, begin_mod_time=begin_mod_time,
-                                          end_mod_time=end_mod_time, page_limit=page_limit,
-                                          next_page_token=token)
-            if signature_ttl:
-                request.signature_ttl.CopyFrom(duration_to_pb(signature_ttl))
-            delays = iter(self.retry.delays())
+            backoff = self._backoff("fragments", journal)
             while True:
                 try:
-                    resp = await self._stub.ListFragments(request)
+                    resp = await self._stub.ListFragments(request, timeout=self.timeout)
                     break
                 except grpc.aio.AioRpcError as err:
-                    if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                        raise ValidationError("fragments", err.details() or "") from err
-                    await self._backoff("fragments", delays, err)
+                    await backoff.wait(err)
             if resp.status != pb.OK:
-                raise BrokerError(pb.Status.Name(resp.status), journal)
-            yield [FragmentInfo(fragment_from_pb(i.spec), i.signed_url)
-                   for i in resp.fragments]
-            token = resp.next_page_token
-            if not token:
+                raise BrokerError(pb.Status.Name(resp.status), journal, "listing fragments")
+            yield [FragmentInfo(fragment_from_pb(item.spec, f"fragments[{i}]"),
+                                item.signed_url) for i, item in enumerate(resp.fragments)]
+            if not resp.next_page_token:
                 return
+            request.next_page_token = resp.next_page_token
 
     async def list_fragments(self, journal: str, *, begin_mod_time: int = 0,
                              end_mod_time: int = 0, signature_ttl: timedelta | None = None,
                              page_limit: int = 0) -> builtins.list[FragmentInfo]:
-        """Every fragment of the journal (all pages)."""
+        """Every fragment of the journal (all pages of `fragments`)."""
         out: builtins.list[FragmentInfo] = []
         async for page in self.fragments(journal, begin_mod_time=begin_mod_time,
                                          end_mod_time=end_mod_time,
                                          signature_ttl=signature_ttl, page_limit=page_limit):
             out.extend(page)
         return out
+
+
+def _listing(resp: pb.ListResponse) -> Listing:
+    if resp.status != pb.OK:
+        raise BrokerError(pb.Status.Name(resp.status), "", "listing journals")
+    journals = [ListedJournal(journal_spec_from_pb(j.spec), j.mod_revision, j.create_revision,
+                              Route.from_pb(j.route) if j.HasField("route") else Route())
+                for j in resp.journals]
+    journals.sort(key=lambda j: j.spec.name)
+    return Listing(resp.header.etcd.revision, journals)
+
+
+def _ended_early(journal: str) -> grpc.aio.AioRpcError:
+    """A stream that ended where the protocol promises more: retried like a dropped
+    connection (a broker shutting down ends streams this way)."""
+    where = f" (reading {journal})" if journal else ""
+    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                grpc.aio.Metadata(), f"the broker ended the stream early{where}",
+                                None)

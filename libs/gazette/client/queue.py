@@ -2,96 +2,184 @@
 
 It implements the message library's `AppendClient`: `append` queues synchronously and
 returns a future. Per journal, one Append RPC is in flight at a time; appends queued
-meanwhile go together in the next one (up to `max_batch_bytes`), so each append stays
-whole and contiguous, appends commit in call order, and a busy journal sends few large
-RPCs rather than many small ones. Every future of a batch resolves with that RPC's
-`AppendResult` (its commit spans the whole batch) or fails with its error.
+meanwhile go together in the next one (up to `max_batch_bytes`, an append larger than
+that alone), so each append stays whole and contiguous, appends commit in call order,
+and a busy journal sends few large RPCs rather than many small ones (each RPC and each
+message costs far more than its bytes). Every future of a batch resolves with that RPC's
+`AppendResult` (its commit spans the whole batch) or fails with its error; a failed
+batch does not stop the ones after it.
+
+A batch is retried as `JournalClient.append` retries (without an expected offset, so a
+lost answer to its commit fails its futures with `AppendUncertain`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections import deque
+from typing import TYPE_CHECKING
 
+from gazette import names
 from gazette.client.journal import AppendResult, JournalClient
+from gazette.client.metrics import APPEND_RPCS
+from gazette.errors import GazetteError, ValidationError
+
+log = logging.getLogger(__name__)
+
+
+class QueueClosed(GazetteError):
+    """An append to an `AppendQueue` that was closed."""
+
+
+class _Entry:
+    __slots__ = ("data", "fut", "seq")
+
+    def __init__(self, seq: int, data: bytes, fut: asyncio.Future[AppendResult]) -> None:
+        self.seq, self.data, self.fut = seq, data, fut
 
 
 class AppendQueue:
-    """Batches appends per journal through `client`; `wait_for_room` is the
-    backpressure: it waits while more than `max_pending_bytes` are queued."""
+    """Batches appends per journal through `client`. `wait_for_room` is the
+    backpressure: it waits while more than `max_pending_bytes` are queued or in flight.
+    Use from one event loop; `close` (or ``async with``) flushes and stops its tasks."""
 
     def __init__(self, client: JournalClient, *, max_batch_bytes: int = 4 << 20,
                  max_pending_bytes: int = 64 << 20) -> None:
+        for field, value in (("max_batch_bytes", max_batch_bytes),
+                             ("max_pending_bytes", max_pending_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(field, f"expected an int >= 1, got {value!r}")
         self.client = client
         self.max_batch_bytes = max_batch_bytes
         self.max_pending_bytes = max_pending_bytes
-        self._queues: dict[str, deque[tuple[bytes, asyncio.Future[AppendResult]]]] = {}
+        self._queues: dict[str, deque[_Entry]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._inflight: dict[str, int] = {}  # journal -> seq of its batch's first append
+        self._known: set[str] = set()  # journal names validated already
+        self._seq = 0
         self._pending = 0
         self._room = asyncio.Event()
         self._room.set()
+        self._progress = asyncio.Event()  # set (and replaced) whenever a batch resolves
         self._closed = False
 
     @property
     def pending_bytes(self) -> int:
+        """Bytes queued or in flight."""
         return self._pending
 
     def append(self, journal: str, data: bytes) -> asyncio.Future[AppendResult]:
+        """Queue `data` for `journal` (synchronously: call order is byte order) and
+        return a future of its commit. Cancelling the future does not unqueue it."""
         if self._closed:
-            raise RuntimeError("append to a closed AppendQueue")
+            raise QueueClosed(f"append to {journal}: the AppendQueue is closed")
+        if journal not in self._known:
+            names.validate_journal_name(journal, "journal")
+            self._known.add(journal)
+        if not isinstance(data, bytes):
+            raise ValidationError("data", f"append to {journal}: expected bytes, got "
+                                  f"{type(data).__name__}")
         fut: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(journal, deque()).append((data, fut))
+        self._seq += 1
+        queue = self._queues.get(journal)
+        if queue is None:
+            queue = self._queues[journal] = deque()
+        queue.append(_Entry(self._seq, data, fut))
         self._pending += len(data)
         if self._pending > self.max_pending_bytes:
             self._room.clear()
         if journal not in self._tasks:
-            self._tasks[journal] = asyncio.create_task(self._drain(journal),
+            self._tasks[journal] = asyncio.create_task(self._drain(journal, queue),
                                                        name=f"append-queue:{journal}")
         return fut
 
     async def wait_for_room(self) -> None:
-        await self._room.wait()
+        """Wait while more than `max_pending_bytes` are pending."""
+        while self._pending > self.max_pending_bytes:
+            await self._room.wait()
 
-    async def _drain(self, journal: str) -> None:
-        queue = self._queues[journal]
+    async def _drain(self, journal: str, queue: deque[_Entry]) -> None:
+        """Send `journal`'s queue, a batch at a time, until it is empty."""
+        batch: list[_Entry] = []
         try:
             while queue:
                 batch = [queue.popleft()]
-                size = len(batch[0][0])
-                while queue and size + len(queue[0][0]) <= self.max_batch_bytes:
+                size = len(batch[0].data)
+                while queue and size + len(queue[0].data) <= self.max_batch_bytes:
                     batch.append(queue.popleft())
-                    size += len(batch[-1][0])
+                    size += len(batch[-1].data)
+                self._inflight[journal] = batch[0].seq
+                APPEND_RPCS.inc()
                 try:
-                    result = await self.client.append(journal, [d for d, _ in batch])
+                    result = await self.client.append(journal, [e.data for e in batch])
                 except Exception as err:  # noqa: BLE001 - handed to every waiter
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(err)
+                    log.debug("append of %d queued appends to %s failed: %s", len(batch),
+                              journal, err)
+                    for entry in batch:
+                        if not entry.fut.done():
+                            entry.fut.set_exception(err)
                 else:
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_result(result)
-                self._pending -= size
-                if self._pending <= self.max_pending_bytes:
-                    self._room.set()
+                    for entry in batch:
+                        if not entry.fut.done():
+                            entry.fut.set_result(result)
+                self._resolved(journal, batch)
+                batch = []
         finally:
-            del self._tasks[journal]
-            if not queue:
-                del self._queues[journal]
+            # Cancelled (close) or broken: fail what can no longer be sent.
+            rest = [*batch, *queue]
+            queue.clear()
+            for entry in rest:
+                entry.fut.cancel()
+            self._resolved(journal, rest)
+            self._tasks.pop(journal, None)
+            self._queues.pop(journal, None)
+
+    def _resolved(self, journal: str, batch: list[_Entry]) -> None:
+        self._inflight.pop(journal, None)
+        self._pending -= sum(len(e.data) for e in batch)
+        if self._pending <= self.max_pending_bytes:
+            self._room.set()
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    def _oldest_unresolved(self) -> int | None:
+        oldest: int | None = None
+        for journal, queue in self._queues.items():
+            seq = self._inflight.get(journal, queue[0].seq if queue else None)
+            if seq is not None and (oldest is None or seq < oldest):
+                oldest = seq
+        return oldest
 
     async def flush(self) -> None:
-        """Wait until everything queued so far is committed (or failed)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        """Wait until every append queued so far has resolved (committed or failed)."""
+        upto = self._seq
+        while True:
+            oldest = self._oldest_unresolved()
+            if oldest is None or oldest > upto:
+                return
+            await self._progress.wait()
 
     async def close(self) -> None:
-        """Flush, then refuse further appends."""
+        """Refuse further appends, flush, then stop the tasks."""
         self._closed = True
         try:
             await self.flush()
         finally:
-            for task in self._tasks.values():
+            tasks = list(self._tasks.values())
+            for task in tasks:
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> AppendQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+if TYPE_CHECKING:  # it is the Publisher's AppendClient
+    from gazette.message.publisher import AppendClient
+
+    def _conforms(queue: AppendQueue) -> AppendClient:
+        return queue
