@@ -5,6 +5,14 @@ Async tests run on uvloop, the loop our services run on.
 
 from __future__ import annotations
 
+import os
+
+# Tests spawn processes (gazctl, gazette serve) from a process with live gRPC threads.
+# grpcio's fork handlers then run in the child between fork and exec and have crashed it
+# (SIGSEGV before exec); the children exec at once and need none of them. Must be set
+# before gRPC initialises.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
