@@ -1,99 +1,335 @@
-"""gazctl as a process against a real broker: the tutorial's gazctl steps."""
+"""gazctl against a real broker, following the tutorial's gazctl steps.
+
+Appends, reads, edits and the config file run `gazctl` as a process (real stdin,
+stdout, $EDITOR and $HOME); listings run `run_async()` on the test's event loop, which
+is faster (gRPC's asyncio support wants one event loop per process, so not `run()` in a
+thread).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
+import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gazette.gazctl.__main__ import ago, broker_address, human_bytes, table
+from gazette.gazctl.__main__ import run_async
 from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
+from gazette.message.framing.fixed import FIXED_FRAME_MAGIC
 from gazette_broker.server import BrokerServer
 
 pytestmark = pytest.mark.integration
 
+GAZCTL = str(Path(sys.executable).parent / "gazctl")
 
-async def gazctl(server: BrokerServer, *args: str, stdin: bytes = b"",
+
+def _env(server: BrokerServer | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("BROKER_ADDRESS", "EDITOR", "LOG_LEVEL", "LOG_FORMAT")}
+    if server is not None:
+        env["BROKER_ADDRESS"] = f"http://{server.grpc_address}"
+    env.update(extra or {})
+    return env
+
+
+async def gazctl(server: BrokerServer | None, *args: str, stdin: bytes = b"",
                  env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """`gazctl args...` as a process: (exit status, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gazette.gazctl", *args,
-        env=dict(os.environ, BROKER_ADDRESS=f"http://{server.grpc_address}", **(env or {})),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 30)
+        GAZCTL, *args, env=_env(server, env), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    async def feed() -> None:
+        # gazctl may exit before it reads its input (a usage error): not the test's concern.
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+            proc.stdin.close()
+
+    async def run() -> tuple[bytes, bytes]:
+        assert proc.stdout is not None and proc.stderr is not None
+        _, out, err = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
+        await proc.wait()
+        return out, err
+
+    out, err = await asyncio.wait_for(run(), 30)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
+async def inproc(server: BrokerServer, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    """gazctl in this process, with captured streams."""
+    out, err = io.BytesIO(), io.StringIO()
+    code = await run_async(list(args), stdin=io.BytesIO(stdin), stdout=out, stderr=err,
+                           env=_env(server))
+    return code, out.getvalue().decode(), err.getvalue()
+
+
+def names_in(table_text: str) -> list[str]:
+    """The first column of a table's rows."""
+    return [line.split("|")[1].strip() for line in table_text.splitlines()[3:-1]]
+
+
 async def test_the_tutorials_gazctl_steps(broker_server: BrokerServer) -> None:
-    code, _, err = await gazctl(broker_server, "journals", "apply",
-                                stdin=TUTORIAL_JOURNALS_YAML.encode())
-    assert code == 0 and "successfully applied revision=" in err
-    await broker_server.broker.wait_serving({"example/journal"})
+    server = broker_server
+    code, _, err = await gazctl(server, "journals", "apply", stdin=TUTORIAL_JOURNALS_YAML.encode())
+    assert code == 0 and "INFO[0000] successfully applied revision=" in err, err
+    await asyncio.wait_for(server.broker.wait_serving(
+        {"example/journal", "foobar/part-000", "foobar/part-001", "foobar/part-002"}), 10)
 
-    code, _, _ = await gazctl(broker_server, "journals", "append", "-l",
-                              "name=example/journal",
-                              stdin=b'{"Msg": "Hello, Gazette!"}\n{"Msg": "Bye"}\n')
+    # Append lines from stdin and read them back, as the tutorial does.
+    code, _, err = await gazctl(server, "journals", "append", "-l", "name=example/journal",
+                                stdin=b'{"Msg": "Hello, Gazctl!"}\n{"Msg": "Bye"}\n')
+    assert code == 0, err
+    code, out, err = await gazctl(server, "journals", "read", "-l", "name=example/journal")
+    assert code == 0 and out == '{"Msg": "Hello, Gazctl!"}\n{"Msg": "Bye"}\n'
+    assert "read started journal=example/journal offset=0" in err
+
+    # list: the table with its primary (the broker's suffix), YAML with revisions, JSON.
+    code, out, _ = await inproc(server, "journals", "list", "--primary", "--replicas")
     assert code == 0
-    code, out, _ = await gazctl(broker_server, "journals", "read", "-l",
-                                "name=example/journal")
-    assert out == '{"Msg": "Hello, Gazette!"}\n{"Msg": "Bye"}\n'
+    assert [c.strip() for c in out.splitlines()[1].split("|")[1:-1]] == [
+        "NAME", "PRIMARY", "REPLICAS"]
+    assert f"| example/journal | {server.config.suffix} " in out
+    assert names_in(out) == ["example/journal", "foobar/part-000", "foobar/part-001",
+                             "foobar/part-002"]
+    code, listed_yaml, _ = await inproc(server, "journals", "list", "-l",
+                                        "name=example/journal", "--format", "yaml")
+    doc = yaml.safe_load(listed_yaml)
+    assert doc["name"] == "example/journal" and doc["fragment"]["compression_codec"] == "SNAPPY"
+    revision = doc["revision"]
+    code, out, _ = await inproc(server, "journals", "list", "--format", "json")
+    objs = [json.loads(line) for line in out.splitlines()]
+    assert [o["name"] for o in objs] == names_in(await _table(server))
+    assert objs[0]["spec"]["labels"][0] == {"name": "app.gazette.dev/message-type",
+                                            "value": "TestMessage"}
+    assert objs[0]["mod_revision"] == revision
+    assert objs[0]["route"]["members"] == [{"zone": "local", "suffix": server.config.suffix}]
 
-    code, out, _ = await gazctl(broker_server, "journals", "list", "--primary")
-    assert "| example/journal |" in out and "PRIMARY" in out
-    assert broker_server.config.suffix in out
-    code, out, _ = await gazctl(broker_server, "journals", "list", "--format", "yaml")
-    assert "name: example/journal" in out and "revision:" in out
-    code, out, _ = await gazctl(broker_server, "journals", "list", "--format", "json")
-    assert json.loads(out.splitlines()[0])["spec"]["name"]
-
-    # A stale revision is refused: edit the listed YAML, apply it twice.
-    out_yaml = (await gazctl(broker_server, "journals", "list", "-l",
-                             "name=example/journal", "--format", "yaml"))[1]
-    edited = out_yaml.replace("SNAPPY", "GZIP")
-    assert (await gazctl(broker_server, "journals", "apply", stdin=edited.encode()))[0] == 0
-    code, _, err = await gazctl(broker_server, "journals", "apply", stdin=edited.encode())
-    assert code == 1 and "not applied" in err
-
-    # The foobar/ family (applied with the tutorial's journals) and its selectors.
+    # The tutorial's selectors, in every format.
     for selector, expected in TUTORIAL_SELECTIONS:
-        code, out, _ = await gazctl(broker_server, "journals", "list", "-l", selector)
-        assert code == 0
-        listed = [line.split("|")[1].strip() for line in out.splitlines()
-                  if line.startswith("| ") and "NAME" not in line]
-        assert listed == list(expected), selector
+        code, out, _ = await inproc(server, "journals", "list", "-l", selector)
+        assert code == 0 and names_in(out) == list(expected), selector
+        code, out, _ = await inproc(server, "journals", "list", "-l", selector, "-o", "json")
+        assert [json.loads(line)["name"] for line in out.splitlines()] == list(expected)
+        code, out, _ = await inproc(server, "journals", "list", "-l", selector, "-o", "yaml")
+        assert all(f"name: {name}" in out for name in expected), selector
 
-    await broker_server.broker.replicas["example/journal"].roll()
-    await asyncio.wait_for(broker_server.broker.persister.wait_idle(), 10)
-    code, out, _ = await gazctl(broker_server, "journals", "fragments", "-l",
-                                "name=example/journal")
-    assert "| example/journal |" in out and "SNAPPY" in out and "ago" in out
+    # edit through $EDITOR (a shell command, as EDITOR="code --wait" would be).
+    code, _, err = await gazctl(server, "journals", "edit", "-l", "name=example/journal",
+                                env={"EDITOR": "sed -i s/SNAPPY/GZIP/"})
+    assert code == 0 and "successfully applied revision=" in err, err
+    code, out, _ = await inproc(server, "journals", "list", "-l", "name=example/journal",
+                                "--format", "yaml")
+    assert yaml.safe_load(out)["fragment"]["compression_codec"] == "GZIP"
+    code, _, err = await gazctl(server, "journals", "edit", "-l", "name=example/journal",
+                                env={"EDITOR": "true"})
+    assert code == 0 and "Edit cancelled, no changes made." in err
+
+    # The YAML listed before the edit is stale now: refused, naming the revision.
+    code, _, err = await inproc(server, "journals", "apply", stdin=listed_yaml.encode())
+    assert code == 1
+    assert f"the spec of example/journal changed since revision {revision}" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+    # A roll and an upload later, the fragments table shows the persisted fragment.
+    await server.broker.replicas["example/journal"].roll()
+    await asyncio.wait_for(server.broker.persister.wait_idle(), 10)
+    code, out, _ = await inproc(server, "journals", "fragments", "-l", "name=example/journal")
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()[3:-1]]
+    assert [c.strip() for c in out.splitlines()[1].split("|")[1:-1]] == [
+        "JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION"]
+    assert rows[0][:3] == ["example/journal", "0", "41 B"]
+    assert rows[0][3] == "now" or rows[0][3].endswith("ago")
+    assert len(rows[0][4]) == 15 and rows[0][4].endswith("...") and rows[0][5] == "SNAPPY"
+    code, out, _ = await inproc(server, "journals", "fragments", "-l", "name=example/journal",
+                                "--format", "json", "--url")
+    frag = json.loads(out.splitlines()[0])
+    assert (frag["begin"], frag["end"], frag["backing_store"]) == (0, 41, "file:///")
+    assert len(frag["sha1"]) == 40 and frag["signed_url"].startswith("file://")
+    code, out, _ = await inproc(server, "journals", "fragments", "-l", "name=example/journal",
+                                "--from", str(int(time.time()) + 3600))
+    assert names_in(out) == []
 
 
-async def test_errors_are_one_line_with_exit_codes(broker_server: BrokerServer) -> None:
-    code, _, err = await gazctl(broker_server, "journals", "list", "-l", "name in (")
-    assert code == 1 and err.startswith("gazctl: ") and "Traceback" not in err
-    code, _, err = await gazctl(broker_server, "journals", "apply", stdin=b"name: [\n")
+async def _table(server: BrokerServer) -> str:
+    return (await inproc(server, "journals", "list"))[1]
+
+
+async def test_read_block_follows_appends(broker_server: BrokerServer) -> None:
+    server = broker_server
+    await server.apply_yaml(TUTORIAL_JOURNALS_YAML)
+    code, _, _ = await gazctl(server, "journals", "append", "foobar/part-000", stdin=b"old\n")
+    assert code == 0
+    reader = await asyncio.create_subprocess_exec(
+        GAZCTL, "journals", "read", "-l", "prefix=foobar/", "--block", "--tail",
+        "--log.level=debug", env=_env(server), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    assert reader.stdout is not None and reader.stderr is not None
+    try:
+        # Once it has started reading each journal, appends to either reach stdout.
+        started = b""
+        async with asyncio.timeout(15):
+            while started.count(b"read started") < 3:
+                started += await reader.stderr.readline()
+        await asyncio.sleep(0.2)  # resolving --tail's write head
+        writer = await asyncio.create_subprocess_exec(
+            GAZCTL, "journals", "append", "-l", "name=foobar/part-001", env=_env(server),
+            stdin=asyncio.subprocess.PIPE)
+        assert writer.stdin is not None
+        writer.stdin.write(b"first\n")
+        await writer.stdin.drain()
+        async with asyncio.timeout(10):  # streamed: it is appended before stdin ends
+            assert await reader.stdout.readline() == b"first\n"
+        writer.stdin.write(b"second\nthird\n")
+        writer.stdin.close()
+        assert await asyncio.wait_for(writer.wait(), 10) == 0
+        async with asyncio.timeout(10):
+            assert await reader.stdout.readline() == b"second\n"
+            assert await reader.stdout.readline() == b"third\n"
+        assert (await inproc(server, "journals", "append", "foobar/part-000",
+                             stdin=b"new\n"))[0] == 0
+        async with asyncio.timeout(10):
+            assert await reader.stdout.readline() == b"new\n"  # not "old": --tail
+        async with asyncio.timeout(5):
+            while b"read is ready" not in (line := await reader.stderr.readline()):
+                assert line
+        assert b"fragment.Begin=" in line and b"journal=foobar/part-00" in line
+    finally:
+        if reader.returncode is None:
+            reader.terminate()
+        code = await asyncio.wait_for(reader.wait(), 10)
+    assert code == 0  # SIGTERM ends a read quietly
+
+
+async def test_framings_and_errors(broker_server: BrokerServer, tmp_path: Path) -> None:
+    server = broker_server
+    code, _, err = await gazctl(server, "journals", "apply", stdin=TUTORIAL_JOURNALS_YAML.encode())
+    assert code == 0, err
+    await asyncio.wait_for(server.broker.wait_serving({"foobar/part-002"}), 10)
+
+    # --framing fixed: whole frames; none: all of stdin as one append.
+    frames = b"".join(FIXED_FRAME_MAGIC + len(p).to_bytes(4, "little") + p
+                      for p in (b"one", b"two" * 100, b""))
+    code, _, err = await gazctl(server, "journals", "append", "foobar/part-002",
+                                "--framing", "fixed", stdin=frames)
+    assert code == 0, err
+    code, _, err = await gazctl(server, "journals", "append", "foobar/part-002",
+                                "--framing", "none", stdin=b"raw bytes \x00\xff, no newline")
+    assert code == 0, err
+    code, raw, _ = await _read_bytes(server, "name=foobar/part-002")
+    assert raw == frames + b"raw bytes \x00\xff, no newline"
+    code, raw, _ = await _read_bytes(server, "name=foobar/part-002", "--offset", "11")
+    assert raw == (frames + b"raw bytes \x00\xff, no newline")[11:]
+    # Bad input: the whole frames before it are appended, then gazctl fails.
+    code, _, err = await gazctl(server, "journals", "append", "foobar/part-002",
+                                "--framing", "fixed", stdin=frames + b"junk!!!!!")
     assert code == 1 and "Traceback" not in err
-    code, _, err = await gazctl(broker_server, "journals", "append", "no/such",
-                                stdin=b"x\n")
-    assert code == 1 and "JOURNAL_NOT_FOUND" in err
-    code, _, err = await gazctl(broker_server, "journals", "bogus")
-    assert code == 2
+    assert f"stdin: input offset {len(frames)}: not a fixed frame header" in err
+    code, _, err = await gazctl(server, "journals", "append", "foobar/part-002",
+                                "--framing", "fixed", stdin=frames[:-3])
+    assert code == 1 and "the input ended inside a record (5 bytes left over)" in err
+    code, raw, _ = await _read_bytes(server, "name=foobar/part-002")
+    assert raw == frames + b"raw bytes \x00\xff, no newline" + frames + frames[:-8]
+
+    # Usage errors exit 2; failures exit 1; one line each, no traceback.
+    cases = [
+        (["journals", "list", "-l", "name in ("], b"", 2, "bad selector"),
+        (["journals", "read", "-l", "a=b=c"], b"", 2, "bad selector"),
+        (["journals", "list", "--format", "xml"], b"", 2, "invalid choice"),
+        (["journals", "bogus"], b"", 2, "invalid choice"),
+        (["journals", "apply"], b"name: [\n", 1, "stdin: invalid journal specs: yaml: line 2"),
+        (["journals", "apply"], b"name: a/b\nreplication: 0\n", 1,
+         "invalid journal specs: a/b: replication: must be at least 1"),
+        (["journals", "apply"], b"", 1, "no journal specs"),
+        (["journals", "apply", "-f", str(tmp_path / "none.yaml")], b"", 1, "cannot read"),
+        (["journals", "apply"], TUTORIAL_JOURNALS_YAML.encode(), 1,
+         "example/journal already exists"),
+        (["journals", "append", "no/such"], b"x\n", 1, "JOURNAL_NOT_FOUND for journal no/such"),
+        (["journals", "append", "-l", "prefix=foobar/"], b"x\n", 1, "matches 3 journals"),
+        (["journals", "append", "-l", "name=no/such"], b"x\n", 1, "no journal matches"),
+        (["journals", "read", "-l", "name=no/such"], b"", 0, "no journals were matched"),
+        (["journals", "edit", "-l", "name=no/such"], b"", 1, "no journals match"),
+    ]
+    results = await asyncio.gather(*(gazctl(server, *argv, stdin=stdin)
+                                     for argv, stdin, _, _ in cases))
+    for (argv, _, want, message), (code, _, err) in zip(cases, results, strict=True):
+        assert (code, "Traceback" in err) == (want, False), (argv, err)
+        assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+    # An unreachable broker: a clear message, soon.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    code, _, err = await gazctl(None, "journals", "list",
+                                env={"BROKER_ADDRESS": f"127.0.0.1:{port}"})
+    assert code == 1 and "UNAVAILABLE" in err
+    assert f"is a broker listening at 127.0.0.1:{port}" in err
+    assert "$BROKER_ADDRESS" in err and time.monotonic() - started < 10
 
 
-def test_config_resolution_and_formatting(tmp_path: Path) -> None:
-    ini = tmp_path / ".config" / "gazette" / "gazctl.ini"
-    ini.parent.mkdir(parents=True)
-    ini.write_text("[journals]\nAddress = http://localhost:9999\n")
-    assert broker_address(None, {"HOME": str(tmp_path)}) == "http://localhost:9999"
-    assert broker_address(None, {"HOME": str(tmp_path), "BROKER_ADDRESS": "h:1"}) == "h:1"
-    assert broker_address("f:2", {"BROKER_ADDRESS": "h:1"}) == "f:2"
-    assert broker_address(None, {"HOME": str(tmp_path / "none")}) == "http://localhost:8080"
-    assert human_bytes(43) == "43 B" and human_bytes(2355) == "2.3 KiB"
-    assert ago(1000, now=1000 + 8 * 60) == "8 minutes ago" and ago(0) == ""
-    assert table(["A", "BB"], [["x", "y"]]).splitlines()[1] == "| A | BB |"
+async def _read_bytes(server: BrokerServer, selector: str, *args: str) -> tuple[int, bytes, str]:
+    proc = await asyncio.create_subprocess_exec(
+        GAZCTL, "journals", "read", "-l", selector, *args, env=_env(server),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode is not None
+    return proc.returncode, out, err.decode()
+
+
+async def test_prune_and_the_config_file(broker_server: BrokerServer, tmp_path: Path) -> None:
+    server = broker_server
+    # The tutorial's config file, in a $HOME of our own: no $BROKER_ADDRESS needed.
+    home = tmp_path / "home"
+    (home / ".config" / "gazette").mkdir(parents=True)
+    (home / ".config" / "gazette" / "gazctl.ini").write_text(
+        f"[journals.Broker]\nAddress = http://{server.grpc_address}\n")
+    specs = ("name: prune/\nreplication: 1\nfragment:\n  stores: [file:///]\n"
+             "  retention: 1s\nchildren:\n- name: prune/aged\n"
+             "- name: prune/kept\n  fragment:\n    retention: 0s\n")
+    code, _, err = await gazctl(None, "journals", "apply", stdin=specs.encode(),
+                                env={"HOME": str(home)})
+    assert code == 0 and "successfully applied" in err, err
+    await asyncio.wait_for(server.broker.wait_serving({"prune/aged", "prune/kept"}), 10)
+    for journal in ("prune/aged", "prune/kept"):
+        for _ in range(2):
+            assert (await inproc(server, "journals", "append", journal,
+                                 stdin=b"x" * 100 + b"\n"))[0] == 0
+            await server.broker.replicas[journal].roll()
+        await asyncio.wait_for(server.broker.persister.wait_idle(), 10)
+    assert server.file_root is not None
+    aged_dir = server.file_root / "prune" / "aged"
+    assert len(list(aged_dir.iterdir())) == 2
+    await asyncio.sleep(2.1)  # older than the 1s retention (mod times are whole seconds)
+
+    code, out, err = await inproc(server, "journals", "prune", "-l", "prefix=prune/",
+                                  "--dry-run")
+    assert code == 0, err
+    assert names_in("\n".join(out.splitlines()[:-1])) == ["prune/aged", "prune/aged"]
+    assert out.splitlines()[-1] == ("would prune 2 fragments (202 B) of 1 journal; "
+                                    "0 fragments (0 B) kept")
+    assert "journal keeps its fragments for ever (retention 0s); skipped journal=prune/kept" \
+        in err
+    assert len(list(aged_dir.iterdir())) == 2
+
+    code, _, err = await gazctl(server, "journals", "prune", "-l", "prefix=prune/")
+    assert code == 1 and "give its folder with --file-root" in err
+    code, out, err = await gazctl(None, "journals", "prune", "-l", "prefix=prune/",
+                                  "--file-root", str(server.file_root),
+                                  env={"HOME": str(home)})
+    assert code == 0, err
+    assert out.splitlines()[-1].startswith("pruned 2 fragments (202 B) of 1 journal")
+    assert list(aged_dir.iterdir()) == []
+    assert len(list((server.file_root / "prune" / "kept").iterdir())) == 2

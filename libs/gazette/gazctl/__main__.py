@@ -1,246 +1,380 @@
 """``gazctl``: journals from the command line, as in the broker tutorial.
 
-    gazctl journals list [-l SELECTOR] [--primary] [--format table|yaml|json]
-    gazctl journals apply [-f FILE] [--dry-run]
-    gazctl journals append (-l SELECTOR | JOURNAL) [--framing lines|none]
-    gazctl journals read -l SELECTOR [--block] [--tail] [--offset N]
-    gazctl journals fragments -l SELECTOR [--url] [--format table|json]
+    gazctl journals list [-l SELECTOR] [--primary] [--replicas] [--format table|yaml|json]
+    gazctl journals apply [-f FILE|-] [--dry-run]
+    gazctl journals edit -l SELECTOR
+    gazctl journals append (-l SELECTOR | JOURNAL) [--framing lines|none|fixed]
+    gazctl journals read -l SELECTOR [--block] [--tail] [--offset N] [--direct]
+    gazctl journals fragments [-l SELECTOR] [--from T] [--to T] [--url] [--format table|json]
+    gazctl journals prune -l SELECTOR [--dry-run] [--file-root DIR]
 
-The broker is `--broker`, else ``$BROKER_ADDRESS``, else ``Address`` under
-``[journals]`` in ``~/.config/gazette/gazctl.ini``, else http://localhost:8080.
-(``edit`` and ``prune`` are not here yet.)
+Global flags (anywhere on the line): ``--broker``, ``--log.level``, ``--log.format``.
+Exit status: 0 done, 1 failed, 2 bad usage. See docs/gazctl.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import configparser
 import contextlib
-import json
+import logging
 import os
+import signal
 import sys
-import time
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn, TextIO
 
-from gazette.client import ApplyConflict, BrokerError, JournalClient, Unavailable
-from gazette.errors import GazetteError, ValidationError
+from gazette.gazctl.config import (
+    Address,
+    UsageError,
+    broker_address,
+    duration_arg,
+    journal_arg,
+    offset_arg,
+    selector_arg,
+    time_arg,
+)
+from gazette.gazctl.output import LOG_LEVELS, JsonFormatter, TextFormatter
 from gazette.labels import Selector
-from gazette.protocol.trees import journal_changes_from_yaml, specs_to_yaml
 
-DEFAULT_ADDRESS = "http://localhost:8080"
-LINES_BATCH = 1 << 20
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def broker_address(flag: str | None, env: dict[str, str] | None = None) -> str:
-    """--broker, then $BROKER_ADDRESS, then gazctl.ini, then the default."""
-    env = dict(os.environ) if env is None else env
-    if flag:
-        return flag
-    if env.get("BROKER_ADDRESS"):
-        return env["BROKER_ADDRESS"]
-    ini = Path(env.get("HOME", "~")).expanduser() / ".config" / "gazette" / "gazctl.ini"
-    if ini.is_file():
-        config = configparser.ConfigParser()
-        config.read(ini)
-        for section in ("journals", "broker"):
-            if config.has_option(section, "Address"):
-                return config.get(section, "Address")
-    return DEFAULT_ADDRESS
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(EXIT_USAGE)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """The tutorial's boxed table."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-
-    def line(cells: Sequence[str], center: bool = False) -> str:
-        return "|" + "|".join(f" {c.center(w) if center else c.ljust(w)} "
-                              for c, w in zip(cells, widths, strict=True)) + "|"
-
-    return "\n".join([rule, line(headers, True), rule, *(line(r) for r in rows), rule])
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover
+def _global_flags() -> Parser:
+    """Flags every (sub)command takes; SUPPRESS so a later level does not reset them."""
+    common = Parser(add_help=False)
+    group = common.add_argument_group("global flags")
+    group.add_argument("--broker", "--broker.address", dest="broker",
+                       default=argparse.SUPPRESS, metavar="ADDRESS",
+                       help="broker address, host:port or http://host:port "
+                            "[$BROKER_ADDRESS, gazctl.ini] (default: http://localhost:8080)")
+    group.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS,
+                       default=argparse.SUPPRESS, help="log level [$LOG_LEVEL] (default: info)")
+    group.add_argument("--log.format", dest="log_format", choices=("text", "json"),
+                       default=argparse.SUPPRESS,
+                       help="log format [$LOG_FORMAT] (default: text)")
+    return common
 
 
-def ago(mod_time: int, now: float | None = None) -> str:
-    if not mod_time:
-        return ""
-    seconds = max(0, int((time.time() if now is None else now) - mod_time))
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            n = seconds // size
-            return f"{n} {unit}{'s' if n > 1 else ''} ago"
-    return f"{seconds} second{'s' if seconds != 1 else ''} ago"
+def build_parser() -> Parser:
+    """The whole command line."""
+    from gazette.gazctl import journals as cmd
 
+    common = _global_flags()
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = Parser(prog="gazctl", parents=[common], formatter_class=raw,
+                    description="gazctl talks to Gazette brokers.",
+                    epilog="Run 'gazctl journals --help' for the journals commands.")
+    parser.set_defaults(help_parser=parser, verb=None)
+    nouns = parser.add_subparsers(dest="noun", metavar="COMMAND")
+    journals = nouns.add_parser("journals", parents=[common], help="work with journals",
+                                description="List, apply, edit, append to, read, and "
+                                            "inspect the fragments of journals.")
+    journals.set_defaults(help_parser=journals)
+    verbs = journals.add_subparsers(dest="verb", metavar="VERB")
 
-async def _selected(client: JournalClient, selector: str) -> list[str]:
-    return [j.spec.name for j in (await client.list(Selector.parse(selector))).journals]
+    def verb(name: str, run: cmd.Command, help_: str, description: str) -> Parser:
+        p: Parser = verbs.add_parser(name, parents=[common], help=help_, formatter_class=raw,
+                                     description=description)
+        p.set_defaults(run=run)
+        return p
 
+    def selector(p: Parser, required: bool, what: str) -> None:
+        p.add_argument("-l", "--selector", type=selector_arg, required=required,
+                       default=None if required else Selector(), metavar="SELECTOR",
+                       help=f"label selector of the journals {what}, e.g. "
+                            "'prefix=foobar/, name not in (foobar/part-001)'")
 
-async def cmd_list(client: JournalClient, args: argparse.Namespace) -> int:
-    listing = await client.list(Selector.parse(args.selector))
-    if args.format == "yaml":
-        print(specs_to_yaml([(j.spec, j.mod_revision) for j in listing.journals]), end="")
-    elif args.format == "json":
-        for j in listing.journals:
-            print(json.dumps({"spec": j.spec.to_dict(), "mod_revision": j.mod_revision,
-                              "route": {"members": list(j.route.members),
-                                        "primary": j.route.primary}}))
-    else:
-        headers = ["NAME", *(["PRIMARY"] if args.primary else [])]
-        rows = [[j.spec.name, *([j.route.primary_member.split("/")[-1]]
-                                if args.primary else [])] for j in listing.journals]
-        print(table(headers, rows))
-    return 0
+    p = verb("list", cmd.cmd_list, "list journals",
+             "List journals matching a selector: a table (with --primary, --replicas, "
+             "...\ncolumns), the YAML spec tree with each journal's revision (for apply),"
+             "\nor one JSON object a journal.")
+    selector(p, False, "to list (default: all)")
+    p.add_argument("-o", "--format", choices=("table", "yaml", "json"), default="table",
+                   help="output format (default: table)")
+    p.add_argument("-p", "--primary", action="store_true", help="show the primary column")
+    p.add_argument("-r", "--replicas", action="store_true", help="show the replicas column")
+    p.add_argument("--rf", action="store_true", help="show the replication factor column")
+    p.add_argument("--stores", action="store_true", help="show the fragment stores column")
+    p.add_argument("-L", "--label-columns", action="append", default=[], metavar="LABEL",
+                   help="show a label's values as a column (repeatable)")
 
+    p = verb("apply", cmd.cmd_apply, "apply journal specs from YAML",
+             "Apply a YAML tree of journal specs (as 'list --format yaml' prints it) in\n"
+             "one transaction. A spec with 'revision: N' is applied only if the journal\n"
+             "is still at revision N; without one, only if it does not exist yet.\n"
+             "'delete: true' deletes a journal.")
+    p.add_argument("-f", "--specs", dest="file", default="-", metavar="FILE",
+                   help="YAML file to apply, '-' for stdin (default: -)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and show the changes, apply nothing")
 
-async def cmd_apply(client: JournalClient, args: argparse.Namespace) -> int:
-    if args.file in (None, "-"):
-        text = await asyncio.to_thread(sys.stdin.read)
-    else:
-        text = await asyncio.to_thread(Path(args.file).read_text)
-    changes = journal_changes_from_yaml(text)
-    if args.dry_run:
-        print(f"would apply {len(changes)} changes", file=sys.stderr)
-        return 0
-    revision = await client.apply(changes)
-    print(f"successfully applied revision={revision}", file=sys.stderr)
-    return 0
+    p = verb("edit", cmd.cmd_edit, "edit journal specs in $EDITOR",
+             "List the selected journals' specs into a temporary YAML file, open it in\n"
+             "$EDITOR (default: vi), and apply what you saved, with revision checks.")
+    selector(p, True, "to edit")
 
+    p = verb("append", cmd.cmd_append, "append stdin to a journal",
+             "Append the input to one journal, streaming it as it arrives. With lines\n"
+             "(the default) or fixed framing, whole records are batched into appends\n"
+             "(up to 1 MiB, or what came within 100 ms) and never split between them;\n"
+             "with none, all of the input is one atomic append.")
+    p.add_argument("journal", nargs="?", type=journal_arg, help="the journal to append to")
+    p.add_argument("-l", "--selector", type=selector_arg, default=None, metavar="SELECTOR",
+                   help="label selector matching exactly one journal (instead of JOURNAL)")
+    p.add_argument("--framing", choices=("lines", "none", "fixed"), default="lines",
+                   help="records of the input (default: lines)")
+    p.add_argument("-i", "--input", default="-", metavar="FILE",
+                   help="input file, '-' for stdin (default: -)")
 
-async def cmd_append(client: JournalClient, args: argparse.Namespace) -> int:
-    journals = [args.journal] if args.journal else await _selected(client, args.selector)
-    if len(journals) != 1:
-        raise ValidationError("-l", f"selects {len(journals)} journals; append needs "
-                              "exactly one")
-    journal = journals[0]
-    stdin: Any = sys.stdin.buffer  # a BufferedReader: read1 returns what is available
-    if args.framing == "none":
-        data = await asyncio.to_thread(stdin.read)
-        await client.append(journal, data)
-        return 0
-    pending = b""
-    while True:  # whole lines, batched as they come
-        block = await asyncio.to_thread(stdin.read1, LINES_BATCH)
-        if not block:
-            break
-        pending += block
-        cut = pending.rfind(b"\n") + 1
-        if cut:
-            await client.append(journal, pending[:cut])
-            pending = pending[cut:]
-    if pending:
-        await client.append(journal, pending)
-    return 0
+    p = verb("read", cmd.cmd_read, "read journals to stdout",
+             "Write the content of the selected journals to stdout, from offset 0 (or\n"
+             "--offset, or the write head with --tail) up to their write heads, or for\n"
+             "ever with --block. Journals are read concurrently; their content is\n"
+             "written in whole chunks, never interleaved within one.")
+    selector(p, True, "to read")
+    p.add_argument("-b", "--block", action="store_true",
+                   help="do not stop at the write head: wait for and stream new content")
+    p.add_argument("--tail", action="store_true", help="start at the write head")
+    p.add_argument("--offset", type=offset_arg, default=0, metavar="N",
+                   help="start at byte offset N (default: 0)")
+    p.add_argument("--direct", action="store_true",
+                   help="read persisted fragments straight from their stores")
 
+    p = verb("fragments", cmd.cmd_fragments, "list fragments of journals",
+             "List the fragments of the selected journals as a table or JSON lines.\n"
+             "TIME is Unix seconds, an ISO 8601 time (2026-01-02T15:04:05Z) or a\n"
+             "duration ago (1h).")
+    selector(p, False, "(default: all)")
+    p.add_argument("--from", dest="from_", type=time_arg, default=0, metavar="TIME",
+                   help="only fragments persisted at or after TIME")
+    p.add_argument("--to", type=time_arg, default=0, metavar="TIME",
+                   help="only fragments persisted before TIME")
+    p.add_argument("--url", action="store_true", help="add signed GET URLs (URL column)")
+    p.add_argument("--signature-ttl", type=duration_arg, default=timedelta(hours=24),
+                   metavar="DURATION", help="how long --url URLs are valid (default: 24h)")
+    p.add_argument("--url-ttl", type=duration_arg, default=None, metavar="DURATION",
+                   help="like --url --signature-ttl DURATION")
+    p.add_argument("-o", "--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
 
-async def cmd_read(client: JournalClient, args: argparse.Namespace) -> int:
-    journals = await _selected(client, args.selector)
-    out = sys.stdout.buffer
-
-    async def one(journal: str) -> None:
-        offset = -1 if args.tail else args.offset
-        async for chunk in client.read(journal, offset, block=args.block):
-            out.write(chunk.content)
-            out.flush()
-
-    await asyncio.gather(*(one(j) for j in journals))
-    return 0
-
-
-async def cmd_fragments(client: JournalClient, args: argparse.Namespace) -> int:
-    ttl = timedelta(hours=24) if args.url else None
-    rows, objs = [], []
-    for journal in await _selected(client, args.selector):
-        for info in await client.list_fragments(journal, signature_ttl=ttl):
-            f = info.fragment
-            objs.append({"journal": f.journal, "begin": f.begin, "end": f.end,
-                         "sha1": f.sha1.hex(), "compression": f.codec.value,
-                         "backing_store": f.backing_store, "mod_time": f.mod_time,
-                         "signed_url": info.signed_url})
-            rows.append([f.journal, str(f.begin), human_bytes(f.size), ago(f.mod_time),
-                         f.sha1.hex()[:12] + "...", f.codec.value,
-                         *([info.signed_url] if args.url else [])])
-    if args.format == "json":
-        for obj in objs:
-            print(json.dumps(obj))
-    else:
-        print(table(["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION",
-                     *(["URL"] if args.url else [])], rows))
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--broker", help="broker address [$BROKER_ADDRESS]")
-    common.add_argument("--log.level", dest="log_level", default="info",
-                        choices=["debug", "info", "warn", "error"])
-    parser = argparse.ArgumentParser(prog="gazctl", parents=[common])
-    sub = parser.add_subparsers(dest="noun", required=True)
-    journals = sub.add_parser("journals", parents=[common], help="work with journals")
-    verbs = journals.add_subparsers(dest="verb", required=True)
-    p = verbs.add_parser("list", parents=[common], help="list journals")
-    p.add_argument("-l", dest="selector", default="")
-    p.add_argument("--primary", action="store_true")
-    p.add_argument("--format", choices=["table", "yaml", "json"], default="table")
-    p.set_defaults(run=cmd_list)
-    p = verbs.add_parser("apply", parents=[common], help="apply a spec tree")
-    p.add_argument("-f", dest="file")
-    p.add_argument("--dry-run", action="store_true")
-    p.set_defaults(run=cmd_apply)
-    p = verbs.add_parser("append", parents=[common], help="append stdin to a journal")
-    p.add_argument("journal", nargs="?")
-    p.add_argument("-l", dest="selector", default="")
-    p.add_argument("--framing", choices=["lines", "none"], default="lines")
-    p.set_defaults(run=cmd_append)
-    p = verbs.add_parser("read", parents=[common], help="read journals to stdout")
-    p.add_argument("-l", dest="selector", required=True)
-    p.add_argument("--block", action="store_true")
-    p.add_argument("--tail", action="store_true")
-    p.add_argument("--offset", type=int, default=0)
-    p.set_defaults(run=cmd_read)
-    p = verbs.add_parser("fragments", parents=[common], help="list fragments")
-    p.add_argument("-l", dest="selector", required=True)
-    p.add_argument("--url", action="store_true")
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(run=cmd_fragments)
+    p = verb("prune", cmd.cmd_prune, "remove fragments older than their retention",
+             "Remove the persisted fragments of the selected journals that are older\n"
+             "than their spec's fragment.retention (journals without one are skipped)\n"
+             "from their stores, and print what went. file:// stores need --file-root.")
+    selector(p, True, "to prune")
+    p.add_argument("--dry-run", action="store_true", help="show what would be removed")
+    p.add_argument("--file-root", metavar="DIR", default=None,
+                   help="folder of file:// stores: the broker's --broker.file-root "
+                        "[$BROKER_FILE_ROOT]")
     return parser
 
 
-async def _run(args: argparse.Namespace) -> int:
-    async with JournalClient(broker_address(args.broker)) as client:
-        status: int = await args.run(client, args)
+def _check_args(args: argparse.Namespace) -> None:
+    """Flag combinations argparse cannot express; UsageError."""
+    if args.verb == "append":
+        if args.journal and args.selector is not None:
+            raise UsageError("append: give a JOURNAL or -l SELECTOR, not both")
+        if not args.journal and args.selector is None:
+            raise UsageError("append: give the JOURNAL to append to, or -l SELECTOR")
+    if args.verb == "read" and args.tail and args.offset:
+        raise UsageError("read: --tail and --offset exclude each other")
+
+
+@contextlib.contextmanager
+def _logging(stream: TextIO, level: str, fmt: str) -> Iterator[None]:
+    """gazctl's log lines (and the library's, at warn or above unless debugging) on
+    `stream`; undone after (main may run in-process, e.g. in tests)."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    numeric = logging.WARNING if level.startswith("warn") else getattr(logging, level.upper())
+    loggers = {"gazette": numeric,
+               "gazette.client": numeric if numeric <= logging.DEBUG else
+               max(numeric, logging.WARNING)}
+    saved = {name: (logging.getLogger(name).level, logging.getLogger(name).propagate)
+             for name in loggers}
+    top = logging.getLogger("gazette")
+    top.addHandler(handler)
+    for name, value in loggers.items():
+        logging.getLogger(name).setLevel(value)
+    top.propagate = False
+    try:
+        yield
+    finally:
+        top.removeHandler(handler)
+        for name, (value, propagate) in saved.items():
+            logging.getLogger(name).setLevel(value)
+            logging.getLogger(name).propagate = propagate
+
+
+def _error(stderr: TextIO, message: object) -> None:
+    text = " ".join(str(message).split())
+    stderr.write(f"gazctl: {text}\n")
+    stderr.flush()
+
+
+def _quiet_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the exit's flush raises nothing."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+@dataclass
+class _Invocation:
+    """A parsed command line, ready to run."""
+
+    args: argparse.Namespace
+    address: Address
+    level: str
+    fmt: str
+    stdin: IO[Any]
+    stdout: IO[bytes]
+    stderr: TextIO
+    env: Mapping[str, str]
+    own_stdout: bool  # the process's stdout (quieted after EPIPE)
+
+
+def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | None,
+             stderr: TextIO | None, env: Mapping[str, str] | None) -> _Invocation | int:
+    """Parse and check the command line: what to run, or the exit status of a usage
+    error (reported) or of --help."""
+    env = os.environ if env is None else env
+    err_stream = stderr if stderr is not None else sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    if getattr(args, "verb", None) is None:  # `gazctl`, `gazctl journals`: show the verbs
+        args.help_parser.print_help(err_stream)
+        return EXIT_USAGE
+    level = getattr(args, "log_level", None) or env.get("LOG_LEVEL") or "info"
+    fmt = getattr(args, "log_format", None) or env.get("LOG_FORMAT") or "text"
+    if level not in LOG_LEVELS or fmt not in ("text", "json"):
+        _error(err_stream, f"$LOG_LEVEL={level!r} or $LOG_FORMAT={fmt!r} is not valid "
+                           f"(levels: {', '.join(LOG_LEVELS)}; formats: text, json)")
+        return EXIT_USAGE
+    try:
+        _check_args(args)
+        address = broker_address(getattr(args, "broker", None), env)
+    except UsageError as err:
+        _error(err_stream, err)
+        return EXIT_USAGE
+    return _Invocation(args, address, level, fmt, stdin if stdin is not None else sys.stdin,
+                       stdout if stdout is not None else sys.stdout.buffer, err_stream, env,
+                       stdout is None)
+
+
+async def _execute(inv: _Invocation) -> int:
+    from gazette.client import JournalClient, RetryPolicy
+    from gazette.gazctl.journals import Context
+
+    quick = RetryPolicy(attempts=3, initial_delay=0.1, max_delay=0.5)
+    async with JournalClient(inv.address.address, retry=quick) as client, \
+            JournalClient(inv.address.address) as patient:
+        ctx = Context(client, patient, inv.stdin, inv.stdout, inv.stderr, dict(inv.env))
+        status: int = await inv.args.run(ctx, inv.args)
         return status
 
 
+def _failure(inv: _Invocation, err: BaseException) -> int | None:
+    """The exit status of a command that raised `err` (reported on stderr), or None if
+    it is not one of ours to report (a bug: let it raise)."""
+    import grpc
+
+    from gazette.client import Unavailable
+    from gazette.errors import GazetteError
+
+    if isinstance(err, KeyboardInterrupt | asyncio.CancelledError):
+        return EXIT_OK if inv.args.verb == "read" else 130
+    if isinstance(err, BrokenPipeError):
+        if inv.own_stdout:
+            _quiet_stdout()
+        return EXIT_OK
+    if isinstance(err, UsageError):
+        _error(inv.stderr, err)
+        return EXIT_USAGE
+    if isinstance(err, Unavailable):
+        hint = ""
+        if err.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            hint = (f" (is a broker listening at {inv.address.address}? the address came "
+                    f"from {inv.address.source})")
+        _error(inv.stderr, f"{err}{hint}")
+    elif isinstance(err, GazetteError | OSError):
+        _error(inv.stderr, err)
+    elif isinstance(err, grpc.aio.AioRpcError):
+        _error(inv.stderr, f"broker {inv.address.address}: {err.code().name}: "
+                           f"{err.details()}")
+    else:
+        return None
+    return EXIT_FAILED
+
+
+async def run_async(argv: list[str] | None = None, *, stdin: IO[Any] | None = None,
+                    stdout: IO[bytes] | None = None, stderr: TextIO | None = None,
+                    env: Mapping[str, str] | None = None) -> int:
+    """`run` on the running event loop (for embedding and tests: gRPC's asyncio support
+    wants one event loop per process)."""
+    inv = _prepare(argv, stdin, stdout, stderr, env)
+    if isinstance(inv, int):
+        return inv
+    with _logging(inv.stderr, inv.level, inv.fmt):
+        try:
+            return await _execute(inv)
+        except Exception as err:
+            status = _failure(inv, err)
+            if status is None:
+                raise
+            return status
+
+
+async def _with_sigterm(inv: _Invocation) -> int:
+    """`_execute`, cancelled by SIGTERM as Ctrl-C would (in the main thread)."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None and threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    return await _execute(inv)
+
+
+def run(argv: list[str] | None = None, *, stdin: IO[Any] | None = None,
+        stdout: IO[bytes] | None = None, stderr: TextIO | None = None,
+        env: Mapping[str, str] | None = None) -> int:
+    """gazctl with these arguments, streams and environment (default: the process's),
+    on an event loop of its own; the exit status."""
+    import uvloop
+
+    inv = _prepare(argv, stdin, stdout, stderr, env)
+    if isinstance(inv, int):
+        return inv
+    with _logging(inv.stderr, inv.level, inv.fmt):
+        try:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(_with_sigterm(inv))
+        except (Exception, KeyboardInterrupt, asyncio.CancelledError) as err:
+            status = _failure(inv, err)
+            if status is None:
+                raise
+            return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(_run(args))
-    except ApplyConflict as err:
-        print(f"gazctl: not applied: {err}", file=sys.stderr)
-    except KeyboardInterrupt:
-        return 0
-    except BrokenPipeError:
-        with contextlib.suppress(OSError):
-            sys.stdout.close()
-        return 0
-    except (BrokerError, Unavailable, ValidationError, GazetteError, OSError) as err:
-        print(f"gazctl: {err}", file=sys.stderr)
-    return 1
+    """The ``gazctl`` console script."""
+    return run(argv)
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -1,0 +1,158 @@
+"""Where gazctl's settings come from, and the parsing of flag values.
+
+The broker address is ``--broker``, else ``$BROKER_ADDRESS``, else ``Address`` under
+``[journals.Broker]`` in ``$HOME/.config/gazette/gazctl.ini`` (the tutorial's file; a
+``[journals]`` or ``[Broker]`` section is read too), else ``http://localhost:8080``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from gazette import names
+from gazette.client import parse_address
+from gazette.errors import GazetteError, ValidationError
+from gazette.labels import Selector
+from gazette.protocol.durations import parse_duration
+
+DEFAULT_ADDRESS = "http://localhost:8080"
+#: Sections of gazctl.ini holding ``Address``, first match wins.
+INI_SECTIONS = ("journals.Broker", "journals.broker", "journals", "Broker", "broker")
+
+
+class UsageError(GazetteError):
+    """A bad flag or flag value: gazctl exits 2."""
+
+
+def ini_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$HOME/.config/gazette/gazctl.ini``."""
+    env = os.environ if env is None else env
+    home = env.get("HOME") or str(Path.home())
+    return Path(home) / ".config" / "gazette" / "gazctl.ini"
+
+
+def read_ini(path: Path) -> configparser.ConfigParser | None:
+    """The parsed file, None if there is none; UsageError naming the file if it is not
+    INI."""
+    if not path.is_file():
+        return None
+    config = configparser.ConfigParser(interpolation=None)
+    try:
+        config.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError, OSError) as exc:
+        reason = " ".join(str(exc).split())
+        raise UsageError(f"{path}: not a valid INI file: {reason}") from None
+    return config
+
+
+@dataclass(frozen=True)
+class Address:
+    """The broker's address and where it came from (for error messages)."""
+
+    address: str
+    source: str
+
+
+def broker_address(flag: str | None, env: Mapping[str, str] | None = None) -> Address:
+    """--broker, then $BROKER_ADDRESS, then gazctl.ini, then the default; UsageError if
+    the chosen address is not one (naming where it came from)."""
+    env = os.environ if env is None else env
+    found: Address | None = None
+    if flag:
+        found = Address(flag, "--broker")
+    elif env.get("BROKER_ADDRESS"):
+        found = Address(env["BROKER_ADDRESS"], "$BROKER_ADDRESS")
+    else:
+        path = ini_path(env)
+        config = read_ini(path)
+        if config is not None:
+            for section in INI_SECTIONS:
+                value = config.get(section, "Address", fallback="").strip()
+                if value:
+                    found = Address(value, f"{path} [{section}] Address")
+                    break
+    found = found or Address(DEFAULT_ADDRESS, "the default")
+    try:
+        parse_address(found.address)
+    except ValidationError as err:
+        raise UsageError(f"broker address from {found.source}: {err.reason}") from None
+    return found
+
+
+# -- flag value types (argparse `type=`: errors become exit 2 with the flag's name) ----
+
+
+def selector_arg(text: str) -> Selector:
+    """A label selector (``prefix=foobar/, name not in (foobar/part-001)``)."""
+    try:
+        return Selector.parse(text) if text.strip() else Selector()
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(f"bad selector: {err.reason}") from None
+
+
+def journal_arg(text: str) -> str:
+    """A journal name."""
+    try:
+        names.validate_journal_name(text, "journal")
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(f"bad journal name {text!r}: {err.reason}") from None
+    return text
+
+
+def duration_arg(text: str) -> timedelta:
+    """A duration such as ``24h``, ``1m30s``."""
+    try:
+        return parse_duration(text, "duration")
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
+
+
+def offset_arg(text: str) -> int:
+    """A byte offset >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a byte offset, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (use --tail to start at the "
+                                         f"write head), got {value}")
+    return value
+
+
+_AGO = re.compile(r"^(.+?)\s*ago$")
+
+
+def parse_time(text: str, now: float | None = None) -> int:
+    """Unix seconds from ``1700000000``, an ISO 8601 time (``2026-01-02T15:04:05``,
+    local time unless it has an offset or ``Z``), or a duration ago (``1h``, ``90m ago``).
+    """
+    s = text.strip()
+    if re.fullmatch(r"\d+", s):
+        return int(s)
+    now = time.time() if now is None else now
+    m = _AGO.match(s)
+    try:
+        return int(now - parse_duration(m.group(1) if m else s, "time").total_seconds())
+    except ValidationError:
+        pass
+    try:
+        when = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith("Z") else s)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time: use Unix seconds, an ISO 8601 time "
+                         "(2026-01-02T15:04:05Z) or a duration ago (1h)") from None
+    return int(when.timestamp())
+
+
+def time_arg(text: str) -> int:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

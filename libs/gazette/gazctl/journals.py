@@ -1,0 +1,599 @@
+"""The ``gazctl journals`` verbs: list, apply, edit, append, read, fragments, prune."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import os
+import shlex
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+from gazette.client import (
+    ApplyConflict,
+    FragmentInfo,
+    JournalClient,
+    ListedJournal,
+    Route,
+)
+from gazette.errors import GazetteError, ValidationError
+from gazette.fragment import Fragment
+from gazette.gazctl.framing import (
+    FramingError,
+    InputPump,
+    batches,
+    fixed_boundary,
+    lines_boundary,
+)
+from gazette.gazctl.output import Progress, ago, human_bytes, table
+from gazette.labels import LabelSet, Selector
+from gazette.protocol import JournalSpec
+from gazette.protocol.journal_spec import SuspendLevel
+from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
+
+log = logging.getLogger("gazette.gazctl")
+
+
+class CommandError(GazetteError):
+    """A command that failed for a reason the user can act on: gazctl exits 1."""
+
+
+@dataclass
+class Context:
+    """What a command runs with: a `client` for short requests (few retries: an
+    unreachable broker is reported at once), a `patient` one for appends and reads
+    (rides out a broker restart), and the process's streams."""
+
+    client: JournalClient
+    patient: JournalClient
+    stdin: IO[bytes] | IO[str]
+    stdout: IO[bytes]
+    stderr: TextIO
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def echo(self, text: str = "") -> None:
+        """A line of text to stdout."""
+        self.stdout.write((text + "\n").encode())
+        self.stdout.flush()
+
+
+def info(msg: str, **fields: Any) -> None:
+    """A log line with fields (``INFO[0000] msg key=value``)."""
+    log.info(msg, extra={"fields": fields})
+
+
+def debug(msg: str, **fields: Any) -> None:
+    """A debug line with fields (skipped cheaply unless debugging)."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(msg, extra={"fields": fields})
+
+
+def warn(msg: str, **fields: Any) -> None:
+    """A warning line with fields."""
+    log.warning(msg, extra={"fields": fields})
+
+
+async def _selected(ctx: Context, selector: Selector) -> list[ListedJournal]:
+    return (await ctx.client.list(selector)).journals
+
+
+async def _all(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run concurrently; the first failure cancels the rest and is raised as itself."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for coro in coros:
+                group.create_task(coro)
+    except BaseExceptionGroup as eg:
+        first: BaseException = eg
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+
+
+def _suffix(member: str) -> str:
+    return member.split("/", 1)[-1]
+
+
+# -- list -----------------------------------------------------------------------------
+
+
+def route_to_dict(route: Route) -> dict[str, Any]:
+    """A route as JSON: members as ``{"zone", "suffix"}``, the primary's index."""
+    return {"members": [dict(zip(("zone", "suffix"), m.split("/", 1), strict=False))
+                        for m in route.members],
+            "primary": route.primary, "endpoints": list(route.endpoints)}
+
+
+def journal_to_dict(j: ListedJournal) -> dict[str, Any]:
+    """A listed journal as ``--format json`` prints it."""
+    return {"name": j.spec.name, "spec": j.spec.to_dict(), "mod_revision": j.mod_revision,
+            "create_revision": j.create_revision, "route": route_to_dict(j.route)}
+
+
+def journals_table(journals: Sequence[ListedJournal], *, primary: bool = False,
+                   replicas: bool = False, rf: bool = False, stores: bool = False,
+                   labels: Sequence[str] = ()) -> str:
+    """The ``journals list`` table: NAME, then the columns asked for."""
+    headers = ["NAME", *(["RF"] if rf else []), *(["PRIMARY"] if primary else []),
+               *(["REPLICAS"] if replicas else []), *(["STORES"] if stores else []),
+               *labels]
+    rows = []
+    for j in journals:
+        route = j.route
+        row = [j.spec.name]
+        if rf:
+            row.append(str(j.spec.replication))
+        if primary:
+            row.append(_suffix(route.primary_member) if route.primary_member else "")
+        if replicas:
+            row.append(",".join(_suffix(m) for i, m in enumerate(route.members)
+                                if i != route.primary))
+        if stores:
+            row.append(",".join(j.spec.fragment.stores))
+        for name in labels:
+            row.append(",".join(j.spec.labels.values(name)))
+        rows.append(row)
+    return table(headers, rows)
+
+
+async def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
+    journals = await _selected(ctx, args.selector)
+    if args.format == "yaml":
+        text = specs_to_yaml([(j.spec, j.mod_revision) for j in journals])
+        ctx.stdout.write(text.encode())
+        ctx.stdout.flush()
+    elif args.format == "json":
+        for j in journals:
+            ctx.echo(json.dumps(journal_to_dict(j)))
+    else:
+        ctx.echo(journals_table(journals, primary=args.primary, replicas=args.replicas,
+                                rf=args.rf, stores=args.stores, labels=args.label_columns))
+    return 0
+
+
+# -- apply and edit --------------------------------------------------------------------
+
+
+def parse_specs(text: str, source: str) -> list[SpecChange[JournalSpec]]:
+    """Changes from apply-style YAML; CommandError naming `source` and the field."""
+    try:
+        changes = journal_changes_from_yaml(text)
+    except ValidationError as err:
+        raise CommandError(f"{source}: invalid journal specs: {err}") from None
+    if not changes:
+        raise CommandError(f"{source}: no journal specs found")
+    return changes
+
+
+async def explain_conflict(client: JournalClient, changes: Sequence[SpecChange[JournalSpec]],
+                           err: ApplyConflict) -> str:
+    """Which changes were stale, and why, as one line."""
+    wanted = Selector(LabelSet([("name", c.name) for c in changes]))
+    try:
+        now = {j.spec.name: j.mod_revision for j in (await client.list(wanted)).journals}
+    except GazetteError:
+        now = None
+    stale = []
+    for c in changes:
+        current = None if now is None else now.get(c.name, 0)
+        if current is None or current == c.revision:
+            continue
+        if c.revision == 0:
+            stale.append(f"{c.name} already exists (at revision {current}; give its "
+                         "revision: to change it)")
+        elif current == 0:
+            stale.append(f"{c.name} no longer exists (it was at revision {c.revision})")
+        else:
+            stale.append(f"the spec of {c.name} changed since revision {c.revision} "
+                         f"(it is now at revision {current})")
+    if not stale:
+        return f"not applied: a spec changed since it was read (etcd is at revision " \
+               f"{err.revision}); list the journals again and re-apply your changes"
+    return "not applied: " + "; ".join(stale) + "; list the journals again and " \
+        "re-apply your changes"
+
+
+async def apply_changes(ctx: Context, changes: Sequence[SpecChange[JournalSpec]]) -> int:
+    """Apply; the revision. CommandError (one line) if a revision was stale or the
+    broker refused a spec."""
+    try:
+        revision = await ctx.client.apply(changes)
+    except ApplyConflict as err:
+        raise CommandError(await explain_conflict(ctx.client, changes, err)) from None
+    except ValidationError as err:
+        raise CommandError(f"the broker refused the specs: {err}") from None
+    info("successfully applied", revision=revision)
+    return revision
+
+
+async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
+    if args.file == "-":
+        source = "stdin"
+        # In a daemon thread: Ctrl-C while waiting on a terminal must not hang the exit.
+        data = b"".join([chunk async for chunk in InputPump(_reader(ctx.stdin)).chunks()])
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"stdin is not UTF-8 text: {exc}") from None
+    else:
+        source = args.file
+        try:
+            text = await asyncio.to_thread(Path(args.file).read_text, encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {args.file}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    changes = parse_specs(text, source)
+    if args.dry_run:
+        for c in changes:
+            action = "delete" if c.is_delete else "upsert"
+            expect = f"at revision {c.revision}" if c.revision else "new"
+            ctx.echo(f"{action} {c.name} ({expect})")
+        info("dry run: nothing was applied", changes=len(changes))
+        return 0
+    await apply_changes(ctx, changes)
+    return 0
+
+
+EDIT_HEADER = """\
+# Edit the journal specs below, then save and quit: they are applied in one transaction,
+# each only if it is still at its revision. Lines beginning with '#' are ignored; an
+# unchanged or empty file applies nothing.
+"""
+
+
+def _meaningful(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.splitlines()
+                     if line.strip() and not line.lstrip().startswith("#"))
+
+
+def run_editor(editor: str, path: str) -> int:
+    """Run ``$EDITOR "$path"`` through the shell (so ``EDITOR="code --wait"`` or
+    ``EDITOR="sed -i s/a/b/"`` work); its exit status."""
+    return subprocess.run(f"{editor} {shlex.quote(path)}", shell=True, check=False).returncode
+
+
+async def cmd_edit(ctx: Context, args: argparse.Namespace) -> int:
+    journals = await _selected(ctx, args.selector)
+    if not journals:
+        raise CommandError(f"no journals match the selector {args.selector.format()!r}")
+    original = EDIT_HEADER + specs_to_yaml([(j.spec, j.mod_revision) for j in journals])
+    fd, path = tempfile.mkstemp(prefix="gazctl-journals-edit-", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(original)
+    editor = ctx.env.get("EDITOR") or "vi"
+    status = await asyncio.to_thread(run_editor, editor, path)
+    if status != 0:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise CommandError(f"the editor ({editor}) exited with status {status}; nothing "
+                           "was applied")
+    try:
+        edited = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read the edited specs {path}: {exc}") from None
+    if not _meaningful(edited) or _meaningful(edited) == _meaningful(original):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        ctx.stderr.write("Edit cancelled, no changes made.\n")
+        return 0
+    try:
+        await apply_changes(ctx, parse_specs(edited, "edited specs"))
+    except CommandError as err:
+        raise CommandError(f"{err} (your edit is kept in {path})") from None
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return 0
+
+
+# -- append ----------------------------------------------------------------------------
+
+
+def _reader(stream: IO[bytes] | IO[str]) -> Callable[[int], bytes]:
+    """A blocking ``read(n)`` of what is available (at most n bytes) from `stream`."""
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+        fd = stream.fileno()
+        return lambda n: os.read(fd, n)
+    binary: Any = getattr(stream, "buffer", stream)
+    read1 = getattr(binary, "read1", None)
+    if read1 is not None:
+        return lambda n: bytes(read1(n))
+    return lambda n: bytes(binary.read(n))
+
+
+async def _one_journal(ctx: Context, args: argparse.Namespace) -> str:
+    if args.journal:
+        # Fail fast (unknown journal, unreachable broker) before reading any input.
+        await ctx.client.write_head(args.journal)
+        return str(args.journal)
+    journals = [j.spec.name for j in await _selected(ctx, args.selector)]
+    sel = args.selector.format()
+    if not journals:
+        raise CommandError(f"no journal matches the selector {sel!r}")
+    if len(journals) > 1:
+        shown = ", ".join(journals[:5]) + (", ..." if len(journals) > 5 else "")
+        raise CommandError(f"the selector {sel!r} matches {len(journals)} journals "
+                           f"({shown}); append writes to exactly one: narrow it, e.g. "
+                           f"-l name={journals[0]}")
+    return journals[0]
+
+
+async def cmd_append(ctx: Context, args: argparse.Namespace) -> int:
+    journal = await _one_journal(ctx, args)
+    if args.input == "-":
+        read = _reader(ctx.stdin)
+        source = "stdin"
+    else:
+        try:
+            handle = await asyncio.to_thread(open, args.input, "rb")
+        except OSError as exc:
+            raise CommandError(f"cannot open {args.input}: {exc.strerror}") from None
+        read, source = _reader(handle), args.input
+    pump = InputPump(read)
+    try:
+        appended = 0
+        if args.framing == "none":
+            while not pump.buffer and not pump.eof:
+                await pump.wait()
+            pump.check()
+            if pump.buffer:
+                result = await ctx.patient.append(journal, pump.chunks())
+                appended = result.commit.size
+                debug("append response", journal=journal, begin=result.commit.begin,
+                      end=result.commit.end)
+        else:
+            if args.framing == "fixed":
+                def boundary(buf: bytearray, limit: int) -> int:
+                    return fixed_boundary(buf, limit, pump.taken)
+            else:
+                boundary = lines_boundary
+            async for batch in batches(pump, boundary, partial_ok=args.framing == "lines"):
+                result = await ctx.patient.append(journal, batch)
+                appended += result.commit.size
+                debug("append response", journal=journal, begin=result.commit.begin,
+                      end=result.commit.end)
+        pump.check()
+    except FramingError as err:
+        raise CommandError(f"{source}: {err}") from None
+    except OSError as exc:
+        if pump.error is exc:
+            raise CommandError(f"cannot read {source}: {exc.strerror or exc}") from None
+        raise
+    finally:
+        if args.input != "-":
+            handle.close()
+    debug("append finished", journal=journal, bytes=appended)
+    return 0
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def _fragment_url(f: Fragment) -> str:
+    return f"{f.backing_store.rstrip('/')}/{f.path}" if f.backing_store else ""
+
+
+async def cmd_read(ctx: Context, args: argparse.Namespace) -> int:
+    journals = [j.spec.name for j in await _selected(ctx, args.selector)]
+    if not journals:
+        warn("no journals were matched by the selector", selector=args.selector.format())
+        return 0
+    out = ctx.stdout
+
+    async def one(journal: str) -> None:
+        offset = -1 if args.tail else args.offset
+        info("read started", journal=journal, offset=offset)
+        pos = offset
+        chunks = ctx.patient.read(journal, offset, block=args.block, direct=args.direct)
+        try:
+            async for chunk in chunks:
+                frag = chunk.fragment
+                debug("read is ready", **{"fragment.Begin": frag.begin,
+                                          "fragment.End": frag.end,
+                                          "fragment.URL": _fragment_url(frag)},
+                      journal=journal, offset=chunk.offset)
+                out.write(chunk.content)  # one write a chunk: never interleaved
+                out.flush()
+                pos = chunk.end
+        finally:
+            if isinstance(chunks, AsyncGenerator):
+                await chunks.aclose()
+        info("read finished", journal=journal, offset=pos)
+
+    await _all([one(j) for j in journals])
+    return 0
+
+
+# -- fragments -------------------------------------------------------------------------
+
+
+def fragment_to_dict(info_: FragmentInfo) -> dict[str, Any]:
+    """A fragment as ``fragments --format json`` prints it."""
+    f = info_.fragment
+    return {"journal": f.journal, "begin": f.begin, "end": f.end, "sha1": f.sha1.hex(),
+            "compression_codec": f.codec.value, "backing_store": f.backing_store,
+            "mod_time": f.mod_time, "path_postfix": f.path_postfix, "path": f.path,
+            "signed_url": info_.signed_url}
+
+
+def fragments_table(infos: Sequence[FragmentInfo], *, urls: bool = False,
+                    now: float | None = None) -> str:
+    """The tutorial's fragments table."""
+    rows = []
+    for item in infos:
+        f = item.fragment
+        rows.append([f.journal, str(f.begin), human_bytes(f.size), ago(f.mod_time, now),
+                     f.sha1.hex()[:12] + "...", f.codec.value,
+                     *([item.signed_url] if urls else [])])
+    return table(["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION",
+                  *(["URL"] if urls else [])], rows)
+
+
+async def _fragments_of(ctx: Context, journals: Sequence[str], *, begin: int = 0,
+                        end: int = 0, ttl: timedelta | None = None,
+                        each: Callable[[str], None] | None = None,
+                        ) -> dict[str, list[FragmentInfo]]:
+    """The fragments of each journal, listed concurrently (a few at a time)."""
+    found: dict[str, list[FragmentInfo]] = {}
+    gate = asyncio.Semaphore(8)
+
+    async def one(journal: str) -> None:
+        async with gate:
+            found[journal] = await ctx.client.list_fragments(
+                journal, begin_mod_time=begin, end_mod_time=end, signature_ttl=ttl)
+        if each is not None:
+            each(journal)
+
+    await _all([one(j) for j in journals])
+    return found
+
+
+async def cmd_fragments(ctx: Context, args: argparse.Namespace) -> int:
+    if args.to and args.from_ and args.to <= args.from_:
+        raise CommandError("--to must be after --from")
+    listed = await _selected(ctx, args.selector)
+    journals = [j.spec.name for j in listed
+                if j.spec.suspend is None or j.spec.suspend.level != SuspendLevel.FULL]
+    ttl = args.url_ttl or (args.signature_ttl if args.url else None)
+    found = await _fragments_of(ctx, journals, begin=args.from_, end=args.to, ttl=ttl)
+    infos = [i for j in journals for i in found[j]]
+    if args.format == "json":
+        for item in infos:
+            ctx.echo(json.dumps(fragment_to_dict(item)))
+    else:
+        ctx.echo(fragments_table(infos, urls=ttl is not None))
+    return 0
+
+
+# -- prune -----------------------------------------------------------------------------
+
+
+def aged_fragments(infos: Sequence[FragmentInfo], retention: timedelta,
+                   now: float) -> list[FragmentInfo]:
+    """Persisted fragments at least `retention` old (none for a zero retention)."""
+    if retention <= timedelta(0):
+        return []
+    keep_after = now - retention.total_seconds()
+    return [i for i in infos
+            if i.fragment.backing_store and i.fragment.mod_time
+            and i.fragment.mod_time <= keep_after]
+
+
+@dataclass
+class PruneStats:
+    """Counts of a prune (bytes are content bytes, not stored, compressed ones)."""
+
+    journals: int = 0
+    fragments: int = 0
+    pruned: int = 0
+    pruned_bytes: int = 0
+    total_bytes: int = 0
+    missing: int = 0
+    missing_bytes: int = 0
+
+    def summary(self, dry_run: bool) -> str:
+        """One line: what was (or would be) pruned, what was missing, what is kept."""
+        verb = "would prune" if dry_run else "pruned"
+        kept = self.fragments - self.pruned - self.missing
+        missing = (f"; {plural(self.missing, 'fragment')} not found in their stores"
+                   if self.missing else "")
+        return (f"{verb} {plural(self.pruned, 'fragment')} "
+                f"({human_bytes(self.pruned_bytes)}) of {plural(self.journals, 'journal')}"
+                f"{missing}; {plural(kept, 'fragment')} "
+                f"({human_bytes(self.total_bytes - self.pruned_bytes - self.missing_bytes)})"
+                " kept")
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 fragment``, ``2 fragments``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
+    from gazette.fragment.store import FragmentStore, aclose_all, store_for
+
+    listed = await _selected(ctx, args.selector)
+    if not listed:
+        raise CommandError(f"no journals match the selector {args.selector.format()!r}")
+    with_retention = [j for j in listed if j.spec.fragment.retention > timedelta(0)]
+    for j in listed:
+        if j not in with_retention:
+            info("journal keeps its fragments for ever (retention 0s); skipped",
+                 journal=j.spec.name)
+    file_root = args.file_root or ctx.env.get("BROKER_FILE_ROOT") or None
+    stats = PruneStats(journals=len(with_retention))
+    progress = Progress(len(with_retention), "journals listed", ctx.stderr)
+    progress.update(0)
+    found = await _fragments_of(ctx, [j.spec.name for j in with_retention],
+                                each=lambda journal: progress.update(progress.done + 1,
+                                                                     journal))
+    progress.clear()
+    now = time.time()
+    aged: list[FragmentInfo] = []
+    for j in with_retention:
+        infos = found[j.spec.name]
+        stats.fragments += len(infos)
+        stats.total_bytes += sum(i.fragment.size for i in infos)
+        old = aged_fragments(infos, j.spec.fragment.retention, now)
+        aged += old
+        info("fetched aged fragments", journal=j.spec.name, total=len(infos), aged=len(old))
+
+    stores: dict[str, FragmentStore] = {}
+    if not args.dry_run:
+        for url in sorted({i.fragment.backing_store for i in aged}):
+            if url.startswith("file:") and not file_root:
+                raise CommandError(
+                    f"fragments are in the {url} store: give its folder with --file-root "
+                    "(the broker's --broker.file-root, or $BROKER_FILE_ROOT)")
+            try:
+                stores[url] = store_for(url, file_root=Path(file_root) if file_root else None,
+                                        env=ctx.env)
+            except ValidationError as err:
+                raise CommandError(f"cannot open store {url}: {err.reason}") from None
+    progress = Progress(len(aged), "fragments pruned", ctx.stderr)
+    pruned: list[FragmentInfo] = []
+    try:
+        for n, item in enumerate(aged):
+            f = item.fragment
+            progress.update(n, f.journal)
+            if not args.dry_run:
+                store = stores[f.backing_store]
+                if not await store.exists(f):
+                    stats.missing += 1
+                    stats.missing_bytes += f.size
+                    progress.clear()
+                    warn("fragment not found in its store (removed already, or "
+                         "--file-root is not the broker's)", journal=f.journal,
+                         name=f.content_name, store=f.backing_store)
+                    continue
+                await store.remove(f)
+            progress.clear()
+            info("would prune fragment" if args.dry_run else "pruned fragment",
+                 journal=f.journal, name=f.content_name, size=f.size, mod=f.mod_time)
+            pruned.append(item)
+            stats.pruned += 1
+            stats.pruned_bytes += f.size
+        progress.update(len(aged))
+    finally:
+        progress.clear()
+        for store in stores.values():
+            with contextlib.suppress(Exception):
+                await store.close()
+        if any(url.startswith("s3:") for url in stores):
+            await aclose_all()
+    if pruned:
+        ctx.echo(fragments_table(pruned, now=now))
+    ctx.echo(stats.summary(args.dry_run))
+    return 0
+
+
+Command = Callable[[Context, argparse.Namespace], Awaitable[int]]
