@@ -101,3 +101,37 @@ async def test_a_blocking_read_streams_later_appends(stub: broker_pb2_grpc.Journ
     first = await asyncio.wait_for(call.read(), 10)
     assert (first.offset, first.content) == (4, b"new\n")
     call.cancel()
+
+
+async def test_append_whole_is_the_same_append_in_one_call(
+    stub: broker_pb2_grpc.JournalStub,
+) -> None:
+    first = await stub.AppendWhole(pb.AppendRequest(journal=JOURNAL, content=b"one\n"))
+    assert first.status == pb.OK and (first.commit.begin, first.commit.end) == (0, 4)
+    assert first.commit.sha1 == hashlib.sha1(b"one\n").digest()
+    # Its metadata works as an Append stream's first message does.
+    fenced = await stub.AppendWhole(pb.AppendRequest(
+        journal=JOURNAL, content=b"x", check_registers=selector_to_pb(Selector.parse("a=b"))))
+    assert fenced.status == pb.REGISTER_MISMATCH
+    wrong = await stub.AppendWhole(pb.AppendRequest(journal=JOURNAL, content=b"x", offset=9))
+    assert wrong.status == pb.WRONG_APPEND_OFFSET
+    at = await stub.AppendWhole(pb.AppendRequest(journal=JOURNAL, content=b"two\n", offset=4))
+    assert at.status == pb.OK and at.commit.end == 8
+    unknown = await stub.AppendWhole(pb.AppendRequest(journal="no/such", content=b"x"))
+    assert unknown.status == pb.JOURNAL_NOT_FOUND
+    for request, field in [(pb.AppendRequest(journal=JOURNAL), "content"),
+                           (pb.AppendRequest(journal="bad//name", content=b"x"), "journal")]:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.AppendWhole(request)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in (err.value.details() or "")
+    # Concurrent whole appends and streams never interleave.
+    lines = [b'{"N": %d}\n' % i for i in range(20)]
+    resps = await asyncio.gather(*(
+        stub.AppendWhole(pb.AppendRequest(journal=JOURNAL, content=line)) if i % 2 else
+        stub.Append(iter(append_requests(JOURNAL, line[:3], line[3:])))
+        for i, line in enumerate(lines)))
+    assert all(r.status == pb.OK for r in resps)
+    content = await read_all(stub, 8)
+    assert sorted(content.splitlines(keepends=True)) == sorted(lines)
+    assert (await read_all(stub, 0))[:8] == b"one\ntwo\n"

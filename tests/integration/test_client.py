@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 import gazette.client.fetch as fetch
@@ -48,9 +49,12 @@ from gazette.message import (
     read_committed,
     read_uncommitted,
 )
+from gazette.pb import broker_pb2 as pb
+from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec
 from gazette.protocol.trees import SpecChange
 from gazette_broker.server import BrokerServer
+from gazette_broker.service import JournalService
 from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
@@ -422,6 +426,49 @@ async def test_a_lost_commit_answer_with_an_offset_is_resolved(
         await append
     assert err.value.status == "WRONG_APPEND_OFFSET"
     assert joined(await read_all(client, "test/a")) == b"0123456789mine\nagain\nother\n"
+
+
+class CountingService(JournalService):
+    """The broker's service, counting AppendWhole calls; `whole=False` answers them
+    UNIMPLEMENTED, as a broker predating AppendWhole would."""
+
+    whole = True
+    whole_calls = 0
+
+    async def AppendWhole(self, request: pb.AppendRequest, context: Any
+                          ) -> pb.AppendResponse:
+        self.whole_calls += 1
+        if not self.whole:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        return await super().AppendWhole(request, context)
+
+
+async def test_appends_that_fit_a_message_take_one_append_whole_call(
+        broker: BrokerServer) -> None:
+    service = CountingService(broker.broker.replicas)
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_JournalServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with JournalClient(f"127.0.0.1:{port}", retry=FAST_RETRY) as c:
+            await c.append("test/a", b"first\n")  # connecting: by stream
+            await c.append("test/a", b"whole\n")  # connected: one unary call
+            assert service.whole_calls == 1
+            await c.append("test/a", [b"x" * MiB, b"y\n"])  # two messages: by stream
+            await c.append("test/a", b"")  # empty: by stream
+            assert service.whole_calls == 1
+            service.whole = False  # an older broker: falls back to streams, for good
+            result = await c.append("test/a", b"older\n")
+            assert service.whole_calls == 2
+            await c.append("test/a", b"again\n")
+            assert service.whole_calls == 2
+        async with JournalClient(broker.grpc_address) as direct:
+            everything = joined(await read_all(direct, "test/a"))
+        assert everything == b"first\nwhole\n" + b"x" * MiB + b"y\nolder\nagain\n"
+        assert result.commit.end - result.commit.begin == 6
+    finally:
+        await server.stop(None)
 
 
 # -- the append queue and the Publisher --------------------------------------------------

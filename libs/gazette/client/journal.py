@@ -44,6 +44,7 @@ from gazette.client.wire import (
     CHANNEL_OPTIONS,
     Content,
     Packer,
+    WholeAppend,
     encode_append,
     pack,
     parse_address,
@@ -209,6 +210,12 @@ class JournalClient:
             Content | pb.AppendRequest, pb.AppendResponse] = self._channel.stream_unary(
                 "/gazette.broker.Journal/Append", request_serializer=encode_append,
                 response_deserializer=pb.AppendResponse.FromString)
+        self._append_whole_rpc: grpc.aio.UnaryUnaryMultiCallable[
+            WholeAppend, pb.AppendResponse] = self._channel.unary_unary(
+                "/gazette.broker.Journal/AppendWhole", request_serializer=encode_append,
+                response_deserializer=pb.AppendResponse.FromString)
+        #: Cleared when the broker does not know AppendWhole (an older version).
+        self._whole_appends = True
 
     def __repr__(self) -> str:
         return f"JournalClient({self.address!r})"
@@ -294,9 +301,25 @@ class JournalClient:
                                           f"back failed: {exc}", expect) from exc
             return self._result(journal, resp)
 
-    async def _attempt(self, first: pb.AppendRequest, messages: Iterable[Content]
+    async def _attempt(self, first: pb.AppendRequest, messages: Sequence[Content]
                        ) -> pb.AppendResponse:
-        """One Append RPC; `_AttemptFailed` on a transport failure."""
+        """One append RPC; `_AttemptFailed` on a transport failure.
+
+        Content that fits one message goes in one AppendWhole call while the channel is
+        connected (a unary call costs a third of an Append stream). A whole append has
+        no commit message sent apart, so any transport failure leaves it in doubt; while
+        the channel is not connected, appends take the stream, whose failures before
+        the commit are safely sent again."""
+        if (len(messages) == 1 and self._whole_appends and self._channel.get_state()
+                is grpc.ChannelConnectivity.READY):
+            try:
+                return await self._append_whole_rpc(WholeAppend(first, messages[0]))
+            except grpc.aio.AioRpcError as err:
+                if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise _AttemptFailed(err, committing=True) from err
+                self._whole_appends = False  # an older broker: nothing was appended
+                log.info("broker %s does not serve AppendWhole: appending by stream",
+                         self.address)
 
         async def send() -> AsyncIterator[Content]:
             for msg in messages:

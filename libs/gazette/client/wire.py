@@ -86,11 +86,24 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def encode_append(msg: Content | pb.AppendRequest) -> bytes:
-    """The request serializer of Append calls: content messages encoded by hand (one
-    copy of the content), anything else by protobuf."""
+class WholeAppend:
+    """An AppendWhole request: the metadata of `meta` and all of `content`."""
+
+    __slots__ = ("content", "meta")
+
+    def __init__(self, meta: pb.AppendRequest, content: Content) -> None:
+        self.meta, self.content = meta, content
+
+
+def encode_append(msg: Content | WholeAppend | pb.AppendRequest) -> bytes:
+    """The request serializer of Append and AppendWhole calls: content encoded by hand
+    (one copy of it), metadata by protobuf. A whole append is its metadata message
+    followed by the content field: protobuf merges concatenated messages."""
     if isinstance(msg, Content):
         return b"".join([_CONTENT_TAG, _varint(msg.size), *msg.parts])
+    if isinstance(msg, WholeAppend):
+        return b"".join([msg.meta.SerializeToString(), _CONTENT_TAG,
+                         _varint(msg.content.size), *msg.content.parts])
     return msg.SerializeToString()
 
 

@@ -1097,7 +1097,9 @@ class AppendRequest(_message.Message):
     at a chosen offset, or to write exactly once.
     """
     content: _builtins.bytes
-    """Content to append (in messages after the first)."""
+    """Content to append: in Append, in the messages after the first (an empty
+    one commits); in AppendWhole, all of it.
+    """
     @_builtins.property
     def header(self) -> Global___Header:
         """Optional Header, pinning the Route and revision the request is made at."""

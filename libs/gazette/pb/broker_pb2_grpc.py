@@ -55,6 +55,11 @@ class JournalStub:
                 request_serializer=gazette_dot_pb_dot_broker__pb2.AppendRequest.SerializeToString,
                 response_deserializer=gazette_dot_pb_dot_broker__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendWhole = channel.unary_unary(
+                '/gazette.broker.Journal/AppendWhole',
+                request_serializer=gazette_dot_pb_dot_broker__pb2.AppendRequest.SerializeToString,
+                response_deserializer=gazette_dot_pb_dot_broker__pb2.AppendResponse.FromString,
+                _registered_method=True)
         self.Replicate = channel.stream_stream(
                 '/gazette.broker.Journal/Replicate',
                 request_serializer=gazette_dot_pb_dot_broker__pb2.ReplicateRequest.SerializeToString,
@@ -100,6 +105,16 @@ class JournalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendWhole(self, request, context):
+        """Append the whole content of one request, atomically: the request carries
+        the metadata of Append's first message and all of the content. It is the
+        same append as an Append stream of metadata, content and commit, for a
+        third of the calls' cost; clients use it for appends that fit a message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Replicate(self, request_iterator, context):
         """Replicate appends from a journal's primary broker to its peers. Used
         between brokers only.
@@ -135,6 +150,11 @@ def add_JournalServicer_to_server(servicer, server):
             ),
             'Append': grpc.stream_unary_rpc_method_handler(
                     servicer.Append,
+                    request_deserializer=gazette_dot_pb_dot_broker__pb2.AppendRequest.FromString,
+                    response_serializer=gazette_dot_pb_dot_broker__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendWhole': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendWhole,
                     request_deserializer=gazette_dot_pb_dot_broker__pb2.AppendRequest.FromString,
                     response_serializer=gazette_dot_pb_dot_broker__pb2.AppendResponse.SerializeToString,
             ),
@@ -256,6 +276,33 @@ class Journal:
             request_iterator,
             target,
             '/gazette.broker.Journal/Append',
+            gazette_dot_pb_dot_broker__pb2.AppendRequest.SerializeToString,
+            gazette_dot_pb_dot_broker__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendWhole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gazette.broker.Journal/AppendWhole',
             gazette_dot_pb_dot_broker__pb2.AppendRequest.SerializeToString,
             gazette_dot_pb_dot_broker__pb2.AppendResponse.FromString,
             options,

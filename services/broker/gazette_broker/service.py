@@ -124,9 +124,13 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             selector = selector_from_pb(request.selector)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        yield self._listing(selector)
         if not request.watch:
+            yield self._listing(selector)
             return
+        resume = request.watch_resume_revision
+        if resume < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"watch_resume_revision: must be >= 0, got {resume}")
         changed = asyncio.Event()  # coalesces bursts of changes into one listing
 
         def on_change(revision: int, events: list[Event]) -> None:
@@ -135,6 +139,9 @@ class JournalService(broker_pb2_grpc.JournalServicer):
 
         stop = keyspace.observe(on_change)
         try:
+            # A client resuming at a revision it has seen gets nothing until a change.
+            if not resume or keyspace.revision > resume:
+                yield self._listing(selector)
             while True:
                 await changed.wait()
                 changed.clear()
@@ -158,16 +165,6 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         if first.content:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "content: the first message carries metadata only")
-        replica = await self._replica(first.journal, context)
-        if replica is None:
-            return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND)
-        try:
-            check = (selector_from_pb(first.check_registers, "check_registers")
-                     if first.HasField("check_registers") else None)
-            union = labels_from_pb(first.union_registers, "union_registers")
-            subtract = labels_from_pb(first.subtract_registers, "subtract_registers")
-        except ValidationError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
 
         async def content() -> AsyncIterator[bytes]:
             async for req in requests:
@@ -176,9 +173,32 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 yield req.content
             raise AppendAborted("the append stream ended without its commit message")
 
+        return await self._append(first, content(), context)
+
+    async def AppendWhole(self, request: pb.AppendRequest, context: Any
+                          ) -> pb.AppendResponse:
+        if not request.content:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "content: an AppendWhole request carries the content")
+        return await self._append(request, _one(request.content), context)
+
+    async def _append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes],
+                      context: Any) -> pb.AppendResponse:
+        """The append of `content` under the metadata of `meta` (journal, expected
+        offset, registers)."""
+        replica = await self._replica(meta.journal, context)
+        if replica is None:
+            return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND)
+        try:
+            check = (selector_from_pb(meta.check_registers, "check_registers")
+                     if meta.HasField("check_registers") else None)
+            union = labels_from_pb(meta.union_registers, "union_registers")
+            subtract = labels_from_pb(meta.subtract_registers, "subtract_registers")
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         try:
             result = await replica.append(
-                content(), offset=first.offset or None, check_registers=check,
+                content, offset=meta.offset or None, check_registers=check,
                 union_registers=union or None, subtract_registers=subtract or None)
         except AppendError as err:
             return pb.AppendResponse(status=pb.Status.Value(err.status))
@@ -279,3 +299,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             items.append(pb.FragmentsResponse.Item(spec=fragment_to_pb(frag), signed_url=url))
         return pb.FragmentsResponse(status=pb.OK, header=self._header(), fragments=items,
                                     next_page_token=next_token)
+
+
+async def _one(content: bytes) -> AsyncIterator[bytes]:
+    yield content
