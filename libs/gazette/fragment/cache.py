@@ -50,13 +50,17 @@ class FragmentCache:
         fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=self.directory)
         try:
             decoder, check = Decompressor(fragment.codec), Sha1Verifier(fragment)
-            async for chunk in store.get(fragment):
-                content = decoder.feed(chunk)
+
+            def take(chunk: bytes | None) -> None:
+                """Decompress, hash and write a chunk (None: the end), off the loop:
+                decompression and SHA-1 of a large fragment would stall it."""
+                content = decoder.feed(chunk) if chunk is not None else decoder.finish()
                 check.update(content)
-                await asyncio.to_thread(os.write, fd, content)
-            rest = decoder.finish()
-            check.update(rest)
-            await asyncio.to_thread(os.write, fd, rest)
+                _write_all(fd, content)
+
+            async for chunk in store.get(fragment):
+                await asyncio.to_thread(take, chunk)
+            await asyncio.to_thread(take, None)
             check.verify()  # raises CorruptFragment: the temp file is removed below
             os.close(fd)
             fd = -1
@@ -85,3 +89,9 @@ class FragmentCache:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
             total -= size
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
