@@ -120,3 +120,32 @@ async def test_a_watching_list_streams_later_changes(
         assert asyncio.get_running_loop().time() < deadline
     assert names == ["foobar/part-000", "foobar/part-001", "foobar/part-002"]
     call.cancel()
+
+
+async def test_a_resumed_watch_waits_for_a_change_past_its_revision(
+    stub: broker_pb2_grpc.JournalStub,
+) -> None:
+    await stub.Apply(upserts(TUTORIAL[:1]))
+    seen = await listing(stub)
+    call = stub.List(pb.ListRequest(watch=True,
+                                    watch_resume_revision=seen.header.etcd.revision))
+    # Nothing is sent for the revision the client already has...
+    first = asyncio.ensure_future(call.read())
+    done, _ = await asyncio.wait({first}, timeout=0.5)
+    assert not done
+    # ...until the journals change.
+    applied = await stub.Apply(upserts(TUTORIAL[1:2]))
+    update = await asyncio.wait_for(first, 10)
+    assert update.header.etcd.revision >= applied.header.etcd.revision
+    assert [j.spec.name for j in update.journals] == [s.name for s in TUTORIAL[:2]]
+    call.cancel()
+
+    # A resume revision behind the broker's state gets the current listing at once.
+    call = stub.List(pb.ListRequest(watch=True, watch_resume_revision=1))
+    assert len((await asyncio.wait_for(call.read(), 10)).journals) == 2
+    call.cancel()
+    call = stub.List(pb.ListRequest(watch=True, watch_resume_revision=-1))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "watch_resume_revision" in (err.value.details() or "")
