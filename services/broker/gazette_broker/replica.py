@@ -254,7 +254,11 @@ class Replica:
             return offset, spool.fragment, True
         found = self._index.find(self.spec.name, offset)
         if found is None or found.begin >= spool.begin:
-            raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"no fragment holds offset {offset}")
+            # A hole reaching up to the open spool: the read goes on from there (and
+            # waits there, if the spool is still empty).
+            offset = spool.begin
+            return (offset, spool.fragment, True) if spool.end > offset else \
+                (offset, None, False)
         return max(offset, found.begin), found, False
 
     async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:

@@ -268,6 +268,35 @@ async def test_retention_removes_old_fragments_from_stores_and_index(tmp_path: P
         task.cancel()
 
 
+async def test_a_read_in_a_hole_up_to_the_spool_goes_on_from_the_spool(
+    tmp_path: Path,
+) -> None:
+    spec = replace(SPEC, fragment=replace(SPEC.fragment, retention=timedelta(hours=1)))
+    r, appends, root, _, task = await _rolled_replica(tmp_path, persist=True)
+    try:
+        r.spec = spec
+        await r.roll()
+        await asyncio.wait_for(r._persister.wait_idle(), 30)  # type: ignore[union-attr]
+        old = time.time() - 7200
+        for path in (root / "store").rglob("*.raw"):
+            os.utime(path, (old, old))  # everything persisted is past retention
+        await r.refresh()
+        head = sum(map(len, appends))
+        assert r.write_head == head and r._index.find(SPEC.name, 0) is None
+        # Without block: nothing to read yet at the head the read moved to.
+        with pytest.raises(ReadError, match="OFFSET_NOT_YET_AVAILABLE"):
+            await r.locate(0)
+        # A blocking read (and a blocking metadata read) waits there for the next append.
+        reader = asyncio.ensure_future(anext(aiter(r.read(0, block=True))))
+        located = asyncio.ensure_future(r.locate(0, block=True))
+        await r.append(chunks(b"next\n"))
+        chunk = await asyncio.wait_for(reader, 10)
+        assert (chunk.offset, chunk.content) == (head, b"next\n")
+        assert (await asyncio.wait_for(located, 10))[0] == head
+    finally:
+        task.cancel()
+
+
 async def test_the_cache_evicts_past_its_bound_and_refetches(tmp_path: Path) -> None:
     r, appends, _, _, task = await _rolled_replica(tmp_path, persist=True)
     try:
