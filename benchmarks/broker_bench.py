@@ -22,6 +22,7 @@ Prints progress, then one JSON object as its last line:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -225,7 +226,7 @@ async def bench_fragments(client: JournalClient, stub: broker_pb2_grpc.JournalSt
     return await read(True), await read(False)
 
 
-async def run(etcd_endpoint: str, workdir: Path) -> dict[str, object]:
+async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, object]:
     grpc_port, http_port = free_port(), free_port()
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     broker = await asyncio.create_subprocess_exec(
@@ -255,19 +256,28 @@ async def run(etcd_endpoint: str, workdir: Path) -> dict[str, object]:
                 assert time.monotonic() < deadline, "the broker did not start"
                 await asyncio.sleep(0.1)
 
-            raw_write, raw_read = await asyncio.to_thread(raw_file_io, workdir, APPEND_VOLUME)
-            log(f"raw file write {raw_write:.0f} MB/s, read {raw_read:.0f} MB/s")
-            append = await bench_append_queue(client)
-            log(f"append (AppendQueue, 64 KiB) {append:.0f} MB/s")
-            append_rpc = await bench_append_rpcs(stub)
-            log(f"append (one RPC per 64 KiB, 32 in flight) {append_rpc:.0f} MB/s")
-            p50, p99 = await bench_small(client)
-            log(f"1 KiB appends at {SMALL_RATE}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-            tail = await bench_tail(client, stub)
-            log(f"tail read {tail:.0f} MB/s")
-            direct, via_broker = await bench_fragments(client, stub)
-            log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
-                f"{via_broker:.0f} MB/s")
+            log(f"broker pid {broker.pid}")
+            raw_write = raw_read = append = append_rpc = p50 = p99 = tail = direct = \
+                via_broker = 0.0
+            if "raw" in only:
+                raw_write, raw_read = await asyncio.to_thread(raw_file_io, workdir,
+                                                              APPEND_VOLUME)
+                log(f"raw file write {raw_write:.0f} MB/s, read {raw_read:.0f} MB/s")
+            if "append" in only:
+                append = await bench_append_queue(client)
+                log(f"append (AppendQueue, 64 KiB) {append:.0f} MB/s")
+                append_rpc = await bench_append_rpcs(stub)
+                log(f"append (one RPC per 64 KiB, 32 in flight) {append_rpc:.0f} MB/s")
+            if "small" in only:
+                p50, p99 = await bench_small(client)
+                log(f"1 KiB appends at {SMALL_RATE}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+            if "tail" in only:
+                tail = await bench_tail(client, stub)
+                log(f"tail read {tail:.0f} MB/s")
+            if "fragments" in only:
+                direct, via_broker = await bench_fragments(client, stub)
+                log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
+                    f"{via_broker:.0f} MB/s")
     finally:
         broker.terminate()
         await asyncio.wait_for(broker.wait(), 60)
@@ -281,15 +291,24 @@ async def run(etcd_endpoint: str, workdir: Path) -> dict[str, object]:
         "read_fragments_via_broker_mb_per_s": round(via_broker),
         "raw_file_write_mb_per_s": round(raw_write),
         "raw_file_read_mb_per_s": round(raw_read),
-        "append_vs_raw_write": round(append / raw_write, 3),
-        "read_fragments_vs_raw_write": round(direct / raw_write, 3),
+        "append_vs_raw_write": round(append / raw_write, 3) if raw_write else None,
+        "read_fragments_vs_raw_write": round(direct / raw_write, 3) if raw_write else None,
     }
 
 
+PARTS = ("raw", "append", "small", "tail", "fragments")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to run (default: all of {PARTS})")
+    only = set(parser.parse_args().only.split(","))
+    if not only <= set(PARTS):
+        parser.error(f"--only: unknown parts {sorted(only - set(PARTS))}")
     with tempfile.TemporaryDirectory(prefix="gazette-bench-") as tmp, \
             EmbeddedEtcd(Path(tmp) / "etcd") as etcd:
-        result = uvloop.run(run(etcd.endpoint, Path(tmp)))
+        result = uvloop.run(run(etcd.endpoint, Path(tmp), only))
     print(json.dumps(result))
 
 
