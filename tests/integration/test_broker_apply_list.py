@@ -17,7 +17,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, journal_spec_to_pb, selector_to_pb
 from gazette.protocol.trees import journal_changes_from_yaml
-from gazette_broker.service import JournalService
+from gazette_broker.service import JournalService, add_journal_service
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +28,7 @@ async def stub(etcd: Etcd, etcd_prefix: str) -> AsyncIterator[broker_pb2_grpc.Jo
     keyspace: KeySpace[Any] = KeySpace(etcd, layout.root + "/", Decoder(layout))
     async with keyspace:
         server = grpc.aio.server()
-        broker_pb2_grpc.add_JournalServicer_to_server(
-            JournalService({}, etcd, keyspace, layout), server)
+        add_journal_service(JournalService({}, etcd, keyspace, layout), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

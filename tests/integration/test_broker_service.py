@@ -16,7 +16,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, selector_to_pb
 from gazette_broker.replica import Replica
-from gazette_broker.service import JournalService
+from gazette_broker.service import JournalService, add_journal_service
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ JOURNAL = "example/journal"
 async def stub(tmp_path: Path) -> AsyncIterator[broker_pb2_grpc.JournalStub]:
     replica = Replica(JournalSpec(JOURNAL, replication=1), tmp_path, FragmentIndex())
     server = grpc.aio.server()
-    broker_pb2_grpc.add_JournalServicer_to_server(JournalService({JOURNAL: replica}), server)
+    add_journal_service(JournalService({JOURNAL: replica}), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

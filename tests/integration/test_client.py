@@ -50,11 +50,10 @@ from gazette.message import (
     read_uncommitted,
 )
 from gazette.pb import broker_pb2 as pb
-from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec
 from gazette.protocol.trees import SpecChange
 from gazette_broker.server import BrokerServer
-from gazette_broker.service import JournalService
+from gazette_broker.service import JournalService, add_journal_service
 from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
@@ -447,7 +446,7 @@ async def test_appends_that_fit_a_message_take_one_append_whole_call(
         broker: BrokerServer) -> None:
     service = CountingService(broker.broker.replicas)
     server = grpc.aio.server()
-    broker_pb2_grpc.add_JournalServicer_to_server(service, server)
+    add_journal_service(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

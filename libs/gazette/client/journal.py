@@ -63,6 +63,7 @@ from gazette.protocol import (
     labels_to_pb,
     selector_to_pb,
 )
+from gazette.protocol.content import ReadContent, decode_read_response
 from gazette.protocol.convert import duration_to_pb
 from gazette.protocol.trees import SpecChange
 
@@ -214,6 +215,11 @@ class JournalClient:
             WholeAppend, pb.AppendResponse] = self._channel.unary_unary(
                 "/gazette.broker.Journal/AppendWhole", request_serializer=encode_append,
                 response_deserializer=pb.AppendResponse.FromString)
+        self._read_rpc: grpc.aio.UnaryStreamMultiCallable[
+            pb.ReadRequest, ReadContent] = self._channel.unary_stream(
+                "/gazette.broker.Journal/Read",
+                request_serializer=pb.ReadRequest.SerializeToString,
+                response_deserializer=decode_read_response)
         #: Cleared when the broker does not know AppendWhole (an older version).
         self._whole_appends = True
 
@@ -464,8 +470,8 @@ class JournalClient:
                     if frag.end < meta.write_head:  # a closed fragment: then look again
                         bound = min(frag.end, end) if end else frag.end
                 start = pos
-                async for resp in self._read_stream(journal, pos, block, bound):
-                    content = resp.content
+                async for part in self._read_stream(journal, pos, block, bound):
+                    resp, content = part.meta, part.content
                     if resp.offset < pos:  # never yield a byte twice
                         content = content[pos - resp.offset:]
                     at = max(resp.offset, pos)
@@ -487,19 +493,20 @@ class JournalClient:
                 await backoff.wait(err)
 
     async def _read_stream(self, journal: str, offset: int, block: bool, end_offset: int
-                           ) -> AsyncIterator[pb.ReadResponse]:
+                           ) -> AsyncIterator[ReadContent]:
         """Responses with content; ends at the write head (non-blocking reads)."""
-        call = self._stub.Read(pb.ReadRequest(journal=journal, offset=offset, block=block,
-                                              end_offset=end_offset))
+        call = self._read_rpc(pb.ReadRequest(journal=journal, offset=offset, block=block,
+                                             end_offset=end_offset))
         try:
-            async for resp in call:
-                if resp.status != pb.OK:
-                    if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
+            async for part in call:
+                status = part.meta.status
+                if status != pb.OK:
+                    if status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
                         return
-                    raise BrokerError(pb.Status.Name(resp.status), journal,
+                    raise BrokerError(pb.Status.Name(status), journal,
                                       f"reading from offset {offset}")
-                if resp.content:
-                    yield resp
+                if part.content:
+                    yield part
         finally:
             call.cancel()
 
@@ -545,9 +552,10 @@ class JournalClient:
                 raise  # cannot fall back cleanly in the middle
             log.warning("cannot fetch %s from its store (%s); reading it through the "
                         "broker", frag.path, exc)
-        async for resp in self._read_stream(frag.journal, pos, False, stop):
+        async for part in self._read_stream(frag.journal, pos, False, stop):
+            resp = part.meta
             at = max(resp.offset, pos)
-            content = resp.content[at - resp.offset:]
+            content = part.content[at - resp.offset:]
             if content:
                 READ_BYTES.labels("broker").inc(len(content))
                 yield ReadChunk(at, content, fragment_from_pb(resp.fragment),

@@ -17,6 +17,7 @@ from typing import Any
 
 from gazette.errors import ValidationError, short_repr
 from gazette.pb import broker_pb2 as pb
+from gazette.protocol.content import APPEND_CONTENT_FIELD, content_field
 
 #: Content per Append message.
 MESSAGE_BYTES = 1 << 20
@@ -73,19 +74,6 @@ class Content:
         self.parts, self.size = parts, size
 
 
-#: The tag of AppendRequest.content (field 8, length-delimited).
-_CONTENT_TAG = bytes([8 << 3 | 2])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 class WholeAppend:
     """An AppendWhole request: the metadata of `meta` and all of `content`."""
 
@@ -100,10 +88,10 @@ def encode_append(msg: Content | WholeAppend | pb.AppendRequest) -> bytes:
     (one copy of it), metadata by protobuf. A whole append is its metadata message
     followed by the content field: protobuf merges concatenated messages."""
     if isinstance(msg, Content):
-        return b"".join([_CONTENT_TAG, _varint(msg.size), *msg.parts])
+        return b"".join(content_field(APPEND_CONTENT_FIELD, msg.parts, msg.size))
     if isinstance(msg, WholeAppend):
-        return b"".join([msg.meta.SerializeToString(), _CONTENT_TAG,
-                         _varint(msg.content.size), *msg.content.parts])
+        return b"".join([msg.meta.SerializeToString(), *content_field(
+            APPEND_CONTENT_FIELD, msg.content.parts, msg.content.size)])
     return msg.SerializeToString()
 
 

@@ -28,13 +28,12 @@ from grpc_health.v1._async import HealthServicer
 from gazette.keyspace import Etcd, KeySpace, Layout, Lease
 from gazette.keyspace.lease import LeaseLost
 from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
-from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId
 from gazette.protocol.trees import journal_changes_from_yaml
 from gazette_broker.broker import Broker
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE
-from gazette_broker.service import JournalService
+from gazette_broker.service import JournalService, add_journal_service
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +149,7 @@ class BrokerServer:
                                  cfg.journal_limit)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
                                  member=self.member)
-        broker_pb2_grpc.add_JournalServicer_to_server(service, self.grpc_server)
+        add_journal_service(service, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         if cfg.http_port >= 0:
             self.http = HttpGateway(self.broker.replicas, ready=self._ready, grace=cfg.grace)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -34,6 +34,7 @@ from gazette.protocol import (
     labels_to_pb,
     selector_from_pb,
 )
+from gazette.protocol.content import ReadContent, encode_read_response
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
 from gazette_broker.replica import AppendError, ReadError, Replica
@@ -47,6 +48,26 @@ class AppendAborted(Exception):
 READ_SIGNATURE_TTL = timedelta(hours=1)
 #: Fragments per ListFragments page unless the request asks for fewer.
 DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT = 1000, 10_000
+
+
+def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:
+    """Serve `service` on `server` as the generated registration does, except that Read
+    responses are serialized by `encode_read_response` (their content copied once)."""
+
+    class Registrar:
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            pass  # the same handlers arrive below, by name
+
+        def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]
+                                           ) -> None:
+            handlers["Read"] = handlers["Read"]._replace(
+                response_serializer=encode_read_response)
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(name, handlers),))
+            server.add_registered_method_handlers(  # type: ignore[attr-defined]
+                name, handlers)  # (grpc-stubs predate it)
+
+    broker_pb2_grpc.add_JournalServicer_to_server(service, cast(Any, Registrar()))
 
 
 class JournalService(broker_pb2_grpc.JournalServicer):
@@ -207,8 +228,9 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         return pb.AppendResponse(status=pb.OK, commit=fragment_to_pb(result.commit),
                                  registers=labels_to_pb(result.registers))
 
-    async def Read(self, request: pb.ReadRequest, context: Any
-                   ) -> AsyncIterator[pb.ReadResponse]:
+    async def Read(  # type: ignore[override]  # ReadContent: see add_journal_service
+            self, request: pb.ReadRequest, context: Any,
+    ) -> AsyncIterator[pb.ReadResponse | ReadContent]:
         replica = await self._replica(request.journal, context)
         if replica is None:
             yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header())
@@ -220,10 +242,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             first = True
             async for chunk in replica.read(request.offset, block=request.block,
                                             end_offset=request.end_offset):
-                yield pb.ReadResponse(
+                yield ReadContent(pb.ReadResponse(
                     status=pb.OK, header=self._header() if first else None,
                     offset=chunk.offset, write_head=chunk.write_head,
-                    fragment=fragment_to_pb(chunk.fragment), content=chunk.content)
+                    fragment=fragment_to_pb(chunk.fragment)), chunk.content)
                 first = False
         except ReadError as err:
             if err.status in pb.Status.keys():  # noqa: SIM118 - an enum wrapper, not a dict

@@ -1,0 +1,108 @@
+"""Large `content` fields encoded and decoded beside protobuf, not through it.
+
+Appends and reads carry up to a MiB of content per message. Through protobuf, content
+is copied into the message, again when it is serialized, and again each time the field
+is read. A content field is just a tag, a varint length and the bytes, and protobuf
+merges concatenated messages, so content is instead written straight after the rest of
+its message (one copy, by `bytes.join`) and, when reading, sliced out of the raw
+message (one copy), with protobuf parsing only the small rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from google.protobuf.message import DecodeError
+
+from gazette.pb import broker_pb2 as pb
+
+Buffer = bytes | bytearray | memoryview
+
+#: Field numbers of the content fields (length-delimited, wire type 2).
+APPEND_CONTENT_FIELD = 8
+READ_CONTENT_FIELD = 7
+
+
+def varint(n: int) -> bytes:
+    """`n` (>= 0) as a protobuf varint."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def content_field(field: int, parts: Sequence[Buffer], size: int) -> list[Buffer]:
+    """The pieces of a length-delimited `field` holding `parts` (`size` bytes in all),
+    to be joined after the rest of a message."""
+    return [varint(field << 3 | 2), varint(size), *parts]
+
+
+def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(raw) or shift > 63:
+            raise DecodeError("truncated or overlong varint")
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def split_field(raw: bytes, field: int) -> tuple[bytes, bytes]:
+    """(`raw` without `field`, the content of `field`), for a length-delimited `field`
+    that occurs at most once at the top level of message `raw` (b"" if absent)."""
+    pos, end = 0, len(raw)
+    while pos < end:
+        tag_at = pos
+        key, pos = _read_varint(raw, pos)
+        wire = key & 7
+        if wire == 0:
+            _, pos = _read_varint(raw, pos)
+        elif wire == 2:
+            length, pos = _read_varint(raw, pos)
+            if pos + length > end:
+                raise DecodeError("a length-delimited field runs past the message")
+            if key >> 3 == field:
+                rest = raw[:tag_at] if pos + length == end else \
+                    raw[:tag_at] + raw[pos + length:]
+                return rest, raw[pos:pos + length]
+            pos += length
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise DecodeError(f"unsupported wire type {wire}")
+    if pos != end:
+        raise DecodeError("a fixed-width field runs past the message")
+    return raw, b""
+
+
+class ReadContent:
+    """A ReadResponse as its `meta` (every field but content) and its `content`."""
+
+    __slots__ = ("content", "meta")
+
+    def __init__(self, meta: pb.ReadResponse, content: bytes = b"") -> None:
+        self.meta, self.content = meta, content
+
+
+def encode_read_response(msg: ReadContent | pb.ReadResponse) -> bytes:
+    """The response serializer of Read: content joined after the rest (one copy)."""
+    if isinstance(msg, pb.ReadResponse):
+        return msg.SerializeToString()
+    if not msg.content:
+        return msg.meta.SerializeToString()
+    return b"".join([msg.meta.SerializeToString(),
+                     *content_field(READ_CONTENT_FIELD, [msg.content], len(msg.content))])
+
+
+def decode_read_response(raw: bytes) -> ReadContent:
+    """The response deserializer of Read: content sliced out of `raw` (one copy),
+    protobuf parsing the rest."""
+    rest, content = split_field(raw, READ_CONTENT_FIELD)
+    return ReadContent(pb.ReadResponse.FromString(rest), content)
