@@ -51,6 +51,7 @@ from gazette.message import (
 )
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import JournalSpec
+from gazette.protocol.content import AppendContent
 from gazette.protocol.trees import SpecChange
 from gazette_broker.server import BrokerServer
 from gazette_broker.service import JournalService, add_journal_service
@@ -434,8 +435,7 @@ class CountingService(JournalService):
     whole = True
     whole_calls = 0
 
-    async def AppendWhole(self, request: pb.AppendRequest, context: Any
-                          ) -> pb.AppendResponse:
+    async def AppendWhole(self, request: AppendContent, context: Any) -> pb.AppendResponse:
         self.whole_calls += 1
         if not self.whole:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol.content import (
+    AppendContent,
     ReadContent,
+    decode_append_request,
     decode_read_response,
     encode_read_response,
     split_field,
@@ -71,3 +73,14 @@ def test_arbitrary_bytes_decode_or_raise_decode_error(raw: bytes) -> None:
     except DecodeError:
         return
     assert len(rest) + len(content) <= len(raw)
+
+
+@given(st.text(max_size=30), st.integers(0, 2**62), st.binary(max_size=3000))
+def test_append_requests_decode_as_protobuf_reads_them(journal: str, offset: int,
+                                                       content: bytes) -> None:
+    whole = pb.AppendRequest(journal=journal, offset=offset, content=content)
+    part = decode_append_request(whole.SerializeToString())
+    assert isinstance(part, AppendContent) and part.content == content
+    assert part.meta == pb.AppendRequest(journal=journal, offset=offset)
+    only = decode_append_request(pb.AppendRequest(content=content).SerializeToString())
+    assert only.content == content and only.meta == pb.AppendRequest()

@@ -106,3 +106,22 @@ def decode_read_response(raw: bytes) -> ReadContent:
     protobuf parsing the rest."""
     rest, content = split_field(raw, READ_CONTENT_FIELD)
     return ReadContent(pb.ReadResponse.FromString(rest), content)
+
+
+class AppendContent:
+    """An AppendRequest as its `meta` (every field but content) and its `content`."""
+
+    __slots__ = ("content", "meta")
+
+    def __init__(self, meta: pb.AppendRequest, content: bytes = b"") -> None:
+        self.meta, self.content = meta, content
+
+
+_NO_META = pb.AppendRequest()  # shared by content-only messages: never to be changed
+
+
+def decode_append_request(raw: bytes) -> AppendContent:
+    """The request deserializer of Append and AppendWhole: content sliced out of `raw`
+    (one copy); a content-only message (all but an Append's first) parses nothing."""
+    rest, content = split_field(raw, APPEND_CONTENT_FIELD)
+    return AppendContent(pb.AppendRequest.FromString(rest) if rest else _NO_META, content)

@@ -34,7 +34,12 @@ from gazette.protocol import (
     labels_to_pb,
     selector_from_pb,
 )
-from gazette.protocol.content import ReadContent, encode_read_response
+from gazette.protocol.content import (
+    AppendContent,
+    ReadContent,
+    decode_append_request,
+    encode_read_response,
+)
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
 from gazette_broker.replica import AppendError, ReadError, Replica
@@ -51,8 +56,10 @@ DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT = 1000, 10_000
 
 
 def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:
-    """Serve `service` on `server` as the generated registration does, except that Read
-    responses are serialized by `encode_read_response` (their content copied once)."""
+    """Serve `service` on `server` as the generated registration does, except that the
+    content of appends and reads is copied once (`gazette.protocol.content`): Append
+    and AppendWhole requests arrive as `AppendContent`, Read responses may be
+    `ReadContent`."""
 
     class Registrar:
         def add_generic_rpc_handlers(self, handlers: Any) -> None:
@@ -62,6 +69,9 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
                                            ) -> None:
             handlers["Read"] = handlers["Read"]._replace(
                 response_serializer=encode_read_response)
+            for method in ("Append", "AppendWhole"):
+                handlers[method] = handlers[method]._replace(
+                    request_deserializer=decode_append_request)
             server.add_generic_rpc_handlers(
                 (grpc.method_handlers_generic_handler(name, handlers),))
             server.add_registered_method_handlers(  # type: ignore[attr-defined]
@@ -177,7 +187,9 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         return self.replicas.get(journal)
 
-    async def Append(self, request_iterator: Any, context: Any) -> pb.AppendResponse:
+    async def Append(  # type: ignore[override]  # AppendContent: see add_journal_service
+            self, request_iterator: AsyncIterator[AppendContent], context: Any,
+    ) -> pb.AppendResponse:
         requests = request_iterator.__aiter__()
         try:
             first = await anext(requests)
@@ -194,14 +206,14 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 yield req.content
             raise AppendAborted("the append stream ended without its commit message")
 
-        return await self._append(first, content(), context)
+        return await self._append(first.meta, content(), context)
 
-    async def AppendWhole(self, request: pb.AppendRequest, context: Any
-                          ) -> pb.AppendResponse:
+    async def AppendWhole(  # type: ignore[override]  # AppendContent: as Append
+            self, request: AppendContent, context: Any) -> pb.AppendResponse:
         if not request.content:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "content: an AppendWhole request carries the content")
-        return await self._append(request, _one(request.content), context)
+        return await self._append(request.meta, _one(request.content), context)
 
     async def _append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes],
                       context: Any) -> pb.AppendResponse:
