@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ class Broker:
         self.max_append_size = max_append_size
         self.index = FragmentIndex()
         self.persister = Persister(on_persisted=self._on_persisted)
+        #: One thread summing appends' own SHA-1s while the loop writes spools.
+        self.hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-sha1")
         self.replicas: dict[str, Replica] = {}
         self._stores: dict[str, FragmentStore] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -86,7 +89,7 @@ class Broker:
                 if replica is None:
                     replica = await Replica.open(
                         spec, self.spool_root / name.replace("/", "%2F"), self.index,
-                        self.persister, self.store_for, self.max_append_size)
+                        self.persister, self.store_for, self.max_append_size, self.hasher)
                     self.replicas[name] = replica
                     self._tasks[f"replica:{name}"] = asyncio.create_task(
                         replica.run(), name=f"replica:{name}")
@@ -131,3 +134,4 @@ class Broker:
         await self._stop("persister")
         for store in self._stores.values():
             await store.close()
+        self.hasher.shutdown(wait=False)  # its work is awaited by the appends

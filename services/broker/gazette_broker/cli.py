@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -128,6 +129,20 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(**values)
 
 
+#: Allocations between young-generation collections (CPython's default: 700): a broker
+#: allocates a few objects per message, and collecting every 700 of them showed up as
+#: about 5 % of its loop's time under appends.
+GC_THRESHOLD = (5_000, 20, 20)
+
+
+def quiet_gc() -> None:
+    """Keep the garbage collector off the hot paths: what exists after start-up (modules,
+    the keyspace) is frozen out of collections, and young collections run less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 async def serve(config: BrokerConfig) -> int:
     """Run a broker until SIGTERM/SIGINT (exit 0) or until its lease is lost (exit 1)."""
     server = BrokerServer(config)
@@ -140,6 +155,7 @@ async def serve(config: BrokerConfig) -> int:
     except (OSError, GazetteError) as err:
         log.error("cannot start the broker: %s", err)
         return 1
+    quiet_gc()
     status = 0
     try:
         async with asyncio.TaskGroup() as tg:

@@ -14,10 +14,10 @@ flush interval; closed spools go to the persister for the spec's first store.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +28,7 @@ from gazette.errors import GazetteError
 from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
 from gazette.fragment.store import FragmentStore, StoreError
+from gazette.fragment.summer import ThreadedSha1
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import JournalSpec
 
@@ -87,8 +88,12 @@ class Replica:
     def __init__(self, spec: JournalSpec, spool_dir: Path, index: FragmentIndex,
                  persister: Persister | None = None,
                  store_for: Callable[[str], FragmentStore] | None = None,
-                 max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> None:
+                 max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
+                 hasher: Executor | None = None) -> None:
+        """`hasher` (one thread) sums appends' own SHA-1s beside the loop; without
+        it, the loop sums them too."""
         self.spec = spec
+        self._hasher = hasher
         self._dir = spool_dir
         spool_dir.mkdir(parents=True, exist_ok=True)
         self._index = index
@@ -110,11 +115,12 @@ class Replica:
     async def open(cls, spec: JournalSpec, spool_dir: Path, index: FragmentIndex,
                    persister: Persister | None = None,
                    store_for: Callable[[str], FragmentStore] | None = None,
-                   max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> Replica:
+                   max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
+                   hasher: Executor | None = None) -> Replica:
         """A replica whose write head continues after the journal's persisted content:
         the stores are listed first (a fresh broker serves old content after one
         listing)."""
-        replica = cls(spec, spool_dir, index, persister, store_for, max_append_size)
+        replica = cls(spec, spool_dir, index, persister, store_for, max_append_size, hasher)
         await replica.refresh()
         head = index.end_offset(spec.name)
         if head > replica._spool.end:
@@ -180,16 +186,18 @@ class Replica:
                 raise AppendError("REGISTER_MISMATCH", f"registers {self.registers!r} do not "
                                   f"match {check_registers}")
             self._maybe_roll()
-            spool, begin, sha1, size = self._spool, self.write_head, hashlib.sha1(), 0
+            spool, begin, size = self._spool, self.write_head, 0
+            sha1 = ThreadedSha1(self._hasher)
             try:
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > self.max_append_size:
                         raise AppendError("NOT_ALLOWED", f"append is larger than the "
                                           f"{self.max_append_size}-byte limit")
+                    await sha1.update(chunk)  # on the hasher's thread, meanwhile:
                     spool.write(chunk)
-                    sha1.update(chunk)
                     await self._throttle(len(chunk))
+                digest = await sha1.digest()
             except BaseException:
                 spool.rollback()
                 raise
@@ -200,7 +208,7 @@ class Replica:
             if subtract_registers:
                 self.registers = self.registers - subtract_registers
             return AppendResult(
-                Fragment(self.spec.name, begin, begin + size, sha1.digest()), self.registers)
+                Fragment(self.spec.name, begin, begin + size, digest), self.registers)
 
     async def _throttle(self, n: int) -> None:
         """Hold the append to the spec's max_append_rate (bytes per second)."""
