@@ -10,8 +10,11 @@ Prints progress, then one JSON object as its last line:
   comparison;
 - ``append_small_p50_ms`` / ``append_small_p99_ms``: 1 KiB appends, one RPC each, sent at
   a fixed 1,000/s (latency from the intended send time, so stalls count);
-- ``read_tail_mb_per_s``: a blocking reader following the write head while a writer
-  appends 1 MiB appends;
+- ``read_tail_mb_per_s``: a blocking reader following the write head of a journal that
+  another process keeps appending to (4 MiB appends, four in flight), starting 256 MiB
+  behind the head: its MB/s until it reaches the head (``read_tail_writer_mb_per_s``:
+  the writer's meanwhile; ``read_tail_in_step_mb_per_s``: the reader's once it is
+  caught up, which is the writer's pace);
 - ``read_fragments_mb_per_s``: reading persisted ``file://`` fragments through the
   client's direct fragment reads (``direct=True``: the broker names a signed URL, the
   client reads and verifies the file); ``read_fragments_via_broker_mb_per_s``: the same
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -31,6 +35,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# The benchmark spawns the broker and a writer from a process with live gRPC threads;
+# grpcio's fork handlers only get in the way of that (see tests/conftest.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import uvloop
@@ -47,7 +55,7 @@ from gazette.protocol.trees import journal_changes_from_yaml
 MiB = 1 << 20
 APPEND_VOLUME = 512 * MiB
 SMALL_RATE, SMALL_SECONDS = 1000, 5
-TAIL_VOLUME = 512 * MiB
+TAIL_BACKLOG, TAIL_STEP_SECONDS = 256 * MiB, 2.0
 FRAGMENT_VOLUME = 256 * MiB
 TUNABLES = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 
@@ -65,6 +73,7 @@ children:
   - name: bench/append-rpc
   - name: bench/small
   - name: bench/tail
+    fragment: {length: 1073741824}
   - name: bench/fragments
 """
 
@@ -155,37 +164,66 @@ async def bench_small(client: JournalClient) -> tuple[float, float]:
     return p50, p99
 
 
-async def bench_tail(client: JournalClient, stub: broker_pb2_grpc.JournalStub) -> float:
-    data = os.urandom(MiB)
-    got = 0
-    start = time.perf_counter()
-
-    async def reader() -> None:
-        nonlocal got
-        async for chunk in client.read("bench/tail", 0, block=True):
-            got += len(chunk.content)
-            if got >= TAIL_VOLUME:
-                return
-
-    async def writer() -> None:
-        # Four appends of 4 MiB in flight: the writer outpaces one RPC at a time.
+async def tail_writer(address: str, journal: str) -> None:
+    """Append 4 MiB appends to `journal`, four in flight, until killed (the writer of the
+    tail benchmark, in a process of its own so that it and the reader each have a
+    client's loop)."""
+    data = os.urandom(4 * MiB)
+    async with JournalClient(address) as client:
         sem = asyncio.Semaphore(4)
-        block = data * 4
 
         async def one() -> None:
-            async with sem:
-                resp = await stub.Append(iter([pb.AppendRequest(journal="bench/tail"),
-                                               *(pb.AppendRequest(content=block[i:i + MiB])
-                                                 for i in range(0, len(block), MiB)),
-                                               pb.AppendRequest()]))
-                assert resp.status == pb.OK
+            try:
+                await client.append(journal, data)
+            finally:
+                sem.release()
 
-        await asyncio.gather(*(one() for _ in range(TAIL_VOLUME // len(block))))
+        tasks: set[asyncio.Task[None]] = set()
+        while True:
+            await sem.acquire()
+            task = asyncio.create_task(one())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
-    read_task = asyncio.create_task(reader())
-    await writer()
-    await asyncio.wait_for(read_task, 120)
-    return got / (time.perf_counter() - start) / 1e6
+
+async def bench_tail(client: JournalClient, address: str) -> tuple[float, float, float]:
+    """A reader following the head of a journal while another process appends to it.
+
+    The reader starts TAIL_BACKLOG behind the head and reads until it reaches it: its
+    MB/s is what a tailing reader gets from the broker (spool content, in the page
+    cache) while the broker also takes the appends, rather than the writer's pace. Also
+    returns the writer's MB/s meanwhile and, once caught up, the reader's MB/s in step
+    with the writer."""
+    journal = "bench/tail"
+    writer = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--tail-writer", address, journal,
+        env=dict(os.environ, GLIBC_TUNABLES=TUNABLES))
+    try:
+        deadline = time.monotonic() + 60
+        while (await client.write_head(journal)) < TAIL_BACKLOG:
+            assert writer.returncode is None, "the tail writer exited"
+            assert time.monotonic() < deadline, "the tail writer is too slow"
+            await asyncio.sleep(0.05)
+        got, start, head0 = 0, time.perf_counter(), await client.write_head(journal)
+        caught_up_at, caught_up_bytes, head1, step_bytes = 0.0, 0, 0, 0
+        async with asyncio.timeout(120), \
+                contextlib.aclosing(client.read(journal, 0, block=True)) as chunks:
+            async for chunk in chunks:
+                got += len(chunk.content)
+                if not caught_up_at and chunk.end >= chunk.write_head:
+                    caught_up_at, head1 = time.perf_counter(), chunk.write_head
+                    caught_up_bytes = got
+                elif caught_up_at:
+                    step_bytes = got - caught_up_bytes
+                    if time.perf_counter() - caught_up_at >= TAIL_STEP_SECONDS:
+                        break
+        step_s = time.perf_counter() - caught_up_at
+    finally:
+        writer.kill()
+        await writer.wait()
+    catch_up_s = caught_up_at - start
+    return (caught_up_bytes / catch_up_s / 1e6, (head1 - head0) / catch_up_s / 1e6,
+            step_bytes / step_s / 1e6)
 
 
 async def bench_fragments(client: JournalClient, stub: broker_pb2_grpc.JournalStub,
@@ -258,7 +296,7 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
 
             log(f"broker pid {broker.pid}")
             raw_write = raw_read = append = append_rpc = p50 = p99 = tail = direct = \
-                via_broker = 0.0
+                via_broker = tail_write = tail_step = 0.0
             if "raw" in only:
                 raw_write, raw_read = await asyncio.to_thread(raw_file_io, workdir,
                                                               APPEND_VOLUME)
@@ -272,8 +310,10 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
                 p50, p99 = await bench_small(client)
                 log(f"1 KiB appends at {SMALL_RATE}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
             if "tail" in only:
-                tail = await bench_tail(client, stub)
-                log(f"tail read {tail:.0f} MB/s")
+                tail, tail_write, tail_step = await bench_tail(client, address)
+                log(f"tail read (catching up from {TAIL_BACKLOG // MiB} MiB behind) "
+                    f"{tail:.0f} MB/s while the writer appended {tail_write:.0f} MB/s; "
+                    f"in step with the writer {tail_step:.0f} MB/s")
             if "fragments" in only:
                 direct, via_broker = await bench_fragments(client, stub)
                 log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
@@ -287,6 +327,8 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
         "append_small_p50_ms": round(p50, 2),
         "append_small_p99_ms": round(p99, 2),
         "read_tail_mb_per_s": round(tail),
+        "read_tail_writer_mb_per_s": round(tail_write),
+        "read_tail_in_step_mb_per_s": round(tail_step),
         "read_fragments_mb_per_s": round(direct),
         "read_fragments_via_broker_mb_per_s": round(via_broker),
         "raw_file_write_mb_per_s": round(raw_write),
@@ -300,6 +342,9 @@ PARTS = ("raw", "append", "small", "tail", "fragments")
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--tail-writer"]:
+        uvloop.run(tail_writer(*sys.argv[2:4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma-separated parts to run (default: all of {PARTS})")
