@@ -236,6 +236,10 @@ class Replica:
         self._roll_requested = False
         old = self._spool
         if old.end == old.begin:
+            if old.codec != self.spec.fragment.compression_codec:  # nothing to close, but
+                old.discard()  # the next fragment takes the spec's codec of now
+                self._spool = Spool(self.spec.name, old.begin, self._dir,
+                                    self.spec.fragment.compression_codec)
             return None
         closed = old.close()
         ROLLS.inc()

@@ -297,6 +297,21 @@ async def test_a_read_in_a_hole_up_to_the_spool_goes_on_from_the_spool(
         task.cancel()
 
 
+async def test_a_codec_changed_while_the_spool_is_empty_applies_to_the_next_fragment(
+    tmp_path: Path,
+) -> None:
+    r = replica(tmp_path)
+    await r.append(chunks(b"before\n"))
+    await r.roll()  # everything closed: the open spool is empty
+    r.update_spec(replace(SPEC, fragment=replace(SPEC.fragment,
+                                                 compression_codec=CompressionCodec.GZIP)))
+    await r.append(chunks(b"after\n"))
+    assert r.spool.codec is CompressionCodec.GZIP
+    assert (await r.roll()) == r.fragments()[-1]
+    assert r.fragments()[-1].codec is CompressionCodec.GZIP
+    assert [f.codec for f in r.fragments()] == [CompressionCodec.NONE, CompressionCodec.GZIP]
+
+
 async def test_the_cache_evicts_past_its_bound_and_refetches(tmp_path: Path) -> None:
     r, appends, _, _, task = await _rolled_replica(tmp_path, persist=True)
     try:
