@@ -1,6 +1,6 @@
 """Brokers over an ``s3://`` store (the moto server): an S3 outage during appends loses
 nothing and every fragment is persisted once S3 is back; a broker started later lists
-the store and serves the persisted content."""
+the store and serves the persisted content (once the store is reachable: not before)."""
 
 from __future__ import annotations
 
@@ -124,11 +124,22 @@ async def test_s3_outage_loses_nothing_and_a_later_broker_serves_it(
         offset = frag.end
     assert b"".join(c for _, c in stored) == b"".join(records)
 
-    # A fresh broker (new spools, nothing local) lists the store and serves it all.
+    # A fresh broker (new spools, nothing local) lists the store and serves it all. It
+    # starts while S3 is down: the journal is not served (its write head is unknown)
+    # and says why, until the store can be listed again.
+    await asyncio.to_thread(s3.stop)
     second = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path / "b2"))
     await second.start()
     try:
-        await second.broker.wait_serving({JOURNAL})
+        assert JOURNAL not in second.broker.replicas
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await read_all(second.grpc_address)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert f"journal {JOURNAL} is not served yet: its fragment stores cannot be listed" \
+            in (err.value.details() or "")
+        await asyncio.to_thread(s3.start)
+        await asyncio.wait_for(second.broker.wait_serving({JOURNAL}), 30)
+        assert JOURNAL not in second.broker.unready
         replica = second.broker.replicas[JOURNAL]
         assert replica.write_head == offset
         assert await read_all(second.grpc_address) == b"".join(records)

@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from gazette.fragment.codec import Decompressor, Sha1Verifier
+from gazette.fragment.codec import FragmentDecoder
 from gazette.fragment.fragment import Fragment
 from gazette.fragment.store.base import FragmentStore
 
@@ -49,19 +49,18 @@ class FragmentCache:
     async def _fetch(self, store: FragmentStore, fragment: Fragment, path: Path) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=self.directory)
         try:
-            decoder, check = Decompressor(fragment.codec), Sha1Verifier(fragment)
+            # Undecodable input, content past the fragment's length or not matching its
+            # SHA-1: CorruptFragment naming it (the temp file is removed below).
+            decoder = FragmentDecoder(fragment)
 
             def take(chunk: bytes | None) -> None:
                 """Decompress, hash and write a chunk (None: the end), off the loop:
                 decompression and SHA-1 of a large fragment would stall it."""
-                content = decoder.feed(chunk) if chunk is not None else decoder.finish()
-                check.update(content)
-                _write_all(fd, content)
+                _write_all(fd, decoder.feed(chunk) if chunk is not None else decoder.finish())
 
             async for chunk in store.get(fragment):
                 await asyncio.to_thread(take, chunk)
             await asyncio.to_thread(take, None)
-            check.verify()  # raises CorruptFragment: the temp file is removed below
             os.close(fd)
             fd = -1
             os.replace(tmp, path)

@@ -3,8 +3,11 @@
 It follows the cluster's keyspace: when a JournalSpec appears, it opens a `Replica` (the
 stores are listed first, so the write head continues after persisted content); when the
 spec changes, the replica takes the new revision; when it is deleted, the replica stops
-and its open spool is rolled to the persister. Every task it starts (the persister, each
-replica's roll/refresh loop) is owned and cancelled on `close()`.
+and its open spool is rolled to the persister. A journal whose stores cannot be listed is
+not served (its write head is unknown) but named in `unready` with the reason, and tried
+again every few seconds; the broker goes on following the keyspace meanwhile. Every
+task it starts (the persister, each replica's roll/refresh loop) is owned and cancelled
+on `close()`.
 
 (Single-broker for now: every journal is served here. The allocator issue assigns
 journals to brokers; then only assigned journals get a replica.)
@@ -20,13 +23,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gazette.errors import ValidationError
 from gazette.fragment import Fragment, FragmentIndex, Persister
-from gazette.fragment.store import FragmentStore, store_for
+from gazette.fragment.store import FragmentStore, StoreError, store_for
 from gazette.keyspace import Event, KeySpace, Layout
 from gazette.protocol import JournalSpec
 from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE, Replica
 
 log = logging.getLogger(__name__)
+
+#: Journals whose stores could not be listed are tried again this often.
+OPEN_RETRY_SECONDS = 5
+#: New journals opened (their stores listed) at once.
+OPEN_CONCURRENCY = 16
 
 
 class Broker:
@@ -43,6 +52,8 @@ class Broker:
         #: One thread summing appends' own SHA-1s while the loop writes spools.
         self.hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-sha1")
         self.replicas: dict[str, Replica] = {}
+        #: Journals with a spec that are not served yet, and why.
+        self.unready: dict[str, str] = {}
         self._stores: dict[str, FragmentStore] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
@@ -75,27 +86,51 @@ class Broker:
 
     async def _follow(self) -> None:
         while True:
-            await self._changed.wait()
+            # Journals that could not be opened are tried again now and then.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OPEN_RETRY_SECONDS if self.unready else None):
+                    await self._changed.wait()
             self._changed.clear()
             await self.sync()
 
+    async def _open(self, spec: JournalSpec, gate: asyncio.Semaphore) -> None:
+        """Open and start serving `spec`'s journal; if its stores cannot be listed, it
+        is not served (its write head is unknown) and `unready` says why."""
+        name = spec.name
+        async with gate:
+            try:
+                replica = await Replica.open(
+                    spec, self.spool_root / name.replace("/", "%2F"), self.index,
+                    self.persister, self.store_for, self.max_append_size, self.hasher)
+            except (StoreError, ValidationError, OSError) as err:
+                reason = f"its fragment stores cannot be listed: {err}"
+                if self.unready.get(name) != reason:
+                    log.warning("not serving %s: %s (trying again every %d s)", name,
+                                reason, OPEN_RETRY_SECONDS)
+                self.unready[name] = reason
+                return
+        self.unready.pop(name, None)
+        self.replicas[name] = replica
+        self._tasks[f"replica:{name}"] = asyncio.create_task(replica.run(),
+                                                             name=f"replica:{name}")
+        log.info("serving %s from offset %d", name, replica.write_head)
+
     async def sync(self) -> None:
-        """Bring replicas in line with the specs in the keyspace."""
+        """Bring replicas in line with the specs in the keyspace. New journals are opened
+        a few at a time, so that one slow store does not hold up the others."""
         async with self._sync_lock:
             specs = {e.value.name: e.value for e in self.keyspace.prefixed(self.layout.items)
                      if isinstance(e.value, JournalSpec)}
-            for name, spec in specs.items():
-                replica = self.replicas.get(name)
-                if replica is None:
-                    replica = await Replica.open(
-                        spec, self.spool_root / name.replace("/", "%2F"), self.index,
-                        self.persister, self.store_for, self.max_append_size, self.hasher)
-                    self.replicas[name] = replica
-                    self._tasks[f"replica:{name}"] = asyncio.create_task(
-                        replica.run(), name=f"replica:{name}")
-                    log.info("serving %s from offset %d", name, replica.write_head)
-                elif replica.spec != spec:
-                    replica.update_spec(spec)
+            gate = asyncio.Semaphore(OPEN_CONCURRENCY)
+            async with asyncio.TaskGroup() as tg:
+                for name, spec in specs.items():
+                    replica = self.replicas.get(name)
+                    if replica is None:
+                        tg.create_task(self._open(spec, gate))
+                    elif replica.spec != spec:
+                        replica.update_spec(spec)
+            for name in [n for n in self.unready if n not in specs]:
+                del self.unready[name]
             for name in [n for n in self.replicas if n not in specs]:
                 replica = self.replicas[name]
                 await self._stop(f"replica:{name}")

@@ -148,11 +148,12 @@ class BrokerServer:
         self.member = MemberSpec(ProcessId(cfg.zone, cfg.suffix), self.endpoint,
                                  cfg.journal_limit)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
-                                 member=self.member)
+                                 member=self.member, unready=self.broker.unready)
         add_journal_service(service, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         if cfg.http_port >= 0:
-            self.http = HttpGateway(self.broker.replicas, ready=self._ready, grace=cfg.grace)
+            self.http = HttpGateway(self.broker.replicas, ready=self._ready, grace=cfg.grace,
+                                    unready=self.broker.unready)
             self.http_port = await self.http.start(cfg.bind or None, cfg.http_port)
 
         self.lease = await Lease.grant(self.etcd, cfg.lease_ttl)

@@ -87,8 +87,11 @@ class JournalService(broker_pb2_grpc.JournalServicer):
 
     def __init__(self, replicas: Mapping[str, Replica], etcd: Etcd | None = None,
                  keyspace: KeySpace[Any] | None = None, layout: Layout | None = None,
-                 member: MemberSpec | None = None) -> None:
+                 member: MemberSpec | None = None,
+                 unready: Mapping[str, str] | None = None) -> None:
         self.replicas = replicas
+        #: Journals with a spec that cannot be served yet, and why (UNAVAILABLE).
+        self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.etcd, self.keyspace, self.layout = etcd, keyspace, layout
         self.member = member
         self._route = pb.Route(primary=-1)
@@ -185,7 +188,11 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             names.validate_journal_name(journal, "journal")
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        return self.replicas.get(journal)
+        replica = self.replicas.get(journal)
+        if replica is None and journal in self.unready:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"journal {journal} is not "
+                                f"served yet: {self.unready[journal]}")
+        return replica
 
     async def Append(  # type: ignore[override]  # AppendContent: see add_journal_service
             self, request_iterator: AsyncIterator[AppendContent], context: Any,
