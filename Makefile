@@ -32,7 +32,7 @@ unit: $(STAMP)
 
 integration: $(STAMP)
 	@scripts/ensure-system-deps.sh
-	$(BIN)/python -m pytest -q tests/integration
+	$(BIN)/python -m pytest -q tests/integration tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond PyPI: PostgreSQL's server binaries (for the
-# SQL store and events tests). Installs them with apt when missing and we are root;
-# otherwise says what to install. Fast (a few file checks) when everything is present.
+# SQL store and events tests) and curl (the broker tutorial's HTTP steps, tests/e2e).
+# Installs them with apt when missing and we are root; otherwise says what to install. Fast (a few file checks) when everything is present.
 set -euo pipefail
 
 have_pg() {
@@ -18,6 +18,17 @@ if ! have_pg; then
   else
     echo "PostgreSQL server binaries (initdb) not found: install the 'postgresql' package" \
          "or set PG_BIN to the folder holding initdb and postgres." >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x /usr/bin/curl ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing curl (apt-get install curl)..."
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+  else
+    echo "curl not found at /usr/bin/curl: install the 'curl' package." >&2
     exit 1
   fi
 fi

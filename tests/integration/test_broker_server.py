@@ -122,6 +122,32 @@ async def test_http_put_cut_short_appends_nothing(broker_server: BrokerServer) -
     assert replica.write_head == len(b"whole\n")
 
 
+async def test_http_blocking_reader_gone_away_ends_quietly(
+    broker_server: BrokerServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A blocking read whose client went away ends at the next append, without an error
+    for the end of a response nobody reads any more."""
+    await broker_server.apply_yaml(TUTORIAL_JOURNALS_YAML)
+    url = f"{broker_server.http_url}/{JOURNAL}"
+    assert broker_server.http is not None
+    server = broker_server.http._runner.server
+    assert server is not None
+    async with aiohttp.ClientSession() as http, http.get(url + "?block=true&offset=-1") as r:
+        assert r.status == 200
+        async with http.put(url, data=b"first\n") as w:
+            assert w.status == 204
+        assert await asyncio.wait_for(r.content.readline(), 10) == b"first\n"
+    deadline = asyncio.get_running_loop().time() + 10
+    # Until the broker has seen the reader go (its handler lingers, waiting for content).
+    while any(handler.transport is not None for handler in server.connections):
+        assert asyncio.get_running_loop().time() < deadline, "the reader stays connected"
+        await asyncio.sleep(0.01)
+    async with aiohttp.ClientSession() as http, http.put(url, data=b"second\n") as w:
+        assert w.status == 204  # wakes the gone reader's handler
+    await broker_server.stop()  # waits for the handler
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
 async def test_list_fragments_pages_and_signs(broker_server: BrokerServer) -> None:
     await broker_server.apply_yaml(TUTORIAL_JOURNALS_YAML)
     replica = broker_server.broker.replicas[JOURNAL]
