@@ -167,6 +167,37 @@ async def _table(server: BrokerServer) -> str:
     return (await inproc(server, "journals", "list"))[1]
 
 
+class _Terminal(io.StringIO):
+    """A captured stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_fragments_shows_progress_on_a_terminal_only(broker_server: BrokerServer) -> None:
+    server = broker_server
+    await server.apply_yaml(TUTORIAL_JOURNALS_YAML)
+    for journal in sorted(server.broker.replicas):  # open fragments: no "ago" that ticks
+        await server.broker.replicas[journal].append(_one(b"%s\n" % journal.encode()))
+    for args in (["journals", "fragments"], ["journals", "fragments", "--format", "json"]):
+        code, plain, plain_err = await inproc(server, *args)
+        assert code == 0 and plain_err == ""  # stderr is no terminal: no bar
+        out, err = io.BytesIO(), _Terminal()
+        code = await run_async(args, stdin=io.BytesIO(), stdout=out, stderr=err,
+                               env=_env(server))
+        assert code == 0 and out.getvalue().decode() == plain  # the same output
+        frames = err.getvalue().split("\r")
+        assert frames[1] == "[" + "." * 30 + "] 0/4 journals listed"
+        assert frames[-3].startswith("[" + "#" * 30 + "] 4/4 journals listed  ")
+        assert frames[-2].strip() == "" and frames[-1] == ""  # erased when done
+        assert sorted(f.split("  ")[1].strip() for f in frames[2:-2]) == sorted(
+            server.broker.replicas)
+
+
+async def _one(data: bytes):  # type: ignore[no-untyped-def]
+    yield data
+
+
 async def test_read_block_follows_appends(broker_server: BrokerServer) -> None:
     server = broker_server
     await server.apply_yaml(TUTORIAL_JOURNALS_YAML)

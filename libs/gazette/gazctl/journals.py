@@ -457,6 +457,20 @@ async def _fragments_of(ctx: Context, journals: Sequence[str], *, begin: int = 0
     return found
 
 
+async def _fragments_listed(ctx: Context, journals: Sequence[str], *, begin: int = 0,
+                            end: int = 0, ttl: timedelta | None = None,
+                            ) -> dict[str, list[FragmentInfo]]:
+    """`_fragments_of`, with a progress bar of the journals listed on a terminal's
+    stderr (erased once they are all listed, or on failure)."""
+    progress = Progress(len(journals), "journals listed", ctx.stderr)
+    progress.update(0)
+    try:
+        return await _fragments_of(ctx, journals, begin=begin, end=end, ttl=ttl,
+                                   each=progress.step)
+    finally:
+        progress.clear()
+
+
 async def cmd_fragments(ctx: Context, args: argparse.Namespace) -> int:
     if args.to and args.from_ and args.to <= args.from_:
         raise CommandError("--to must be after --from")
@@ -464,7 +478,7 @@ async def cmd_fragments(ctx: Context, args: argparse.Namespace) -> int:
     journals = [j.spec.name for j in listed
                 if j.spec.suspend is None or j.spec.suspend.level != SuspendLevel.FULL]
     ttl = args.url_ttl or (args.signature_ttl if args.url else None)
-    found = await _fragments_of(ctx, journals, begin=args.from_, end=args.to, ttl=ttl)
+    found = await _fragments_listed(ctx, journals, begin=args.from_, end=args.to, ttl=ttl)
     infos = [i for j in journals for i in found[j]]
     if args.format == "json":
         for item in infos:
@@ -531,12 +545,7 @@ async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
                  journal=j.spec.name)
     file_root = args.file_root or ctx.env.get("BROKER_FILE_ROOT") or None
     stats = PruneStats(journals=len(with_retention))
-    progress = Progress(len(with_retention), "journals listed", ctx.stderr)
-    progress.update(0)
-    found = await _fragments_of(ctx, [j.spec.name for j in with_retention],
-                                each=lambda journal: progress.update(progress.done + 1,
-                                                                     journal))
-    progress.clear()
+    found = await _fragments_listed(ctx, [j.spec.name for j in with_retention])
     now = time.time()
     aged: list[FragmentInfo] = []
     for j in with_retention:

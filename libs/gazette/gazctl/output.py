@@ -202,6 +202,10 @@ class Progress:
         self.stream.flush()
         self._last = text
 
+    def step(self, note: str = "") -> None:
+        """One more done (`note`: what it was)."""
+        self.update(self.done + 1, note)
+
     def clear(self) -> None:
         """Erase the bar (before printing other lines, and when done)."""
         if self.enabled and self._last:

@@ -119,6 +119,30 @@ def test_progress_bar_only_on_a_terminal() -> None:
     assert Progress(0, "journals").render() == "[" + "#" * 30 + "] 0/0 journals"
 
 
+def test_progress_steps_name_what_was_done_and_clear_the_line() -> None:
+    stream = io.StringIO()
+    bar = Progress(3, "journals listed", stream, enabled=True)
+    bar.update(0)
+    bar.step("foobar/part-000")
+    bar.step("a/b")
+    assert bar.done == 2
+    last = "[" + "#" * 20 + "." * 10 + "] 2/3 journals listed  a/b"
+    assert stream.getvalue().split("\r") == [
+        "",
+        "[" + "." * 30 + "] 0/3 journals listed",
+        "[" + "#" * 10 + "." * 20 + "] 1/3 journals listed  foobar/part-000",
+        last + " " * 12,  # shorter than the line before: padded over it
+    ]
+    bar.clear()
+    assert stream.getvalue().endswith(last + " " * 12 + "\r" + " " * len(last) + "\r")
+
+    quiet = io.StringIO()  # not a terminal: it counts, and writes nothing
+    bar = Progress(3, "journals listed", quiet)
+    bar.step("a/b")
+    bar.clear()
+    assert bar.done == 1 and quiet.getvalue() == ""
+
+
 def _listed(name: str, route: Route | None = None) -> ListedJournal:
     spec = JournalSpec.from_dict({"name": name, "labels": [{"name": "my-label"},
                                                           {"name": "region", "value": "a"},
