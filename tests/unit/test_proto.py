@@ -218,6 +218,7 @@ JOURNAL_METHODS = {
     "Apply": "unary_unary",
     "Read": "unary_stream",
     "Append": "stream_unary",
+    "AppendWhole": "unary_unary",
     "Replicate": "stream_stream",
     "ListFragments": "unary_unary",
 }
