@@ -58,16 +58,24 @@ class Spool:
         return Fragment(self.journal, self.begin, self._committed, self._sha1.digest(),
                         self.codec)
 
-    def write(self, chunk: bytes | memoryview) -> None:
-        """Write a chunk of the append in progress."""
-        if self._pending_sha1 is None:
-            self._pending_sha1 = self._sha1.copy()
+    def write(self, chunk: bytes | memoryview, *, summed: bool = False) -> None:
+        """Write a chunk of the append in progress. `summed`: the caller sums it into
+        `pending_sum` itself (on a worker thread, say), and before `commit()`."""
+        pending = self.pending_sum
         view = memoryview(chunk)
         while view:
             n = os.pwrite(self._fd, view, self._written - self.begin)
             view = view[n:]
             self._written += n
-        self._pending_sha1.update(chunk)
+        if not summed:
+            pending.update(chunk)
+
+    @property
+    def pending_sum(self) -> hashlib._Hash:
+        """The running SHA-1 of the committed content and the append in progress."""
+        if self._pending_sha1 is None:
+            self._pending_sha1 = self._sha1.copy()
+        return self._pending_sha1
 
     def commit(self) -> Fragment:
         """Make the append in progress part of the journal; returns the spool's fragment."""

@@ -5,7 +5,8 @@ is copied into the message, again when it is serialized, and again each time the
 is read. A content field is just a tag, a varint length and the bytes, and protobuf
 merges concatenated messages, so content is instead written straight after the rest of
 its message (one copy, by `bytes.join`) and, when reading, sliced out of the raw
-message (one copy), with protobuf parsing only the small rest.
+message (one copy, or none where a view will do), with protobuf parsing only the small
+rest.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def split_field(raw: bytes, field: int) -> tuple[bytes, bytes]:
-    """(`raw` without `field`, the content of `field`), for a length-delimited `field`
-    that occurs at most once at the top level of message `raw` (b"" if absent)."""
+def field_span(raw: bytes, field: int) -> tuple[int, int, int]:
+    """Where the length-delimited `field` is in message `raw`, as (its tag's offset, its
+    content's begin, end); (len, len, len) if absent. For a field that occurs at most
+    once at the top level."""
     pos, end = 0, len(raw)
     while pos < end:
         tag_at = pos
@@ -67,9 +69,7 @@ def split_field(raw: bytes, field: int) -> tuple[bytes, bytes]:
             if pos + length > end:
                 raise DecodeError("a length-delimited field runs past the message")
             if key >> 3 == field:
-                rest = raw[:tag_at] if pos + length == end else \
-                    raw[:tag_at] + raw[pos + length:]
-                return rest, raw[pos:pos + length]
+                return tag_at, pos, pos + length
             pos += length
         elif wire == 1:
             pos += 8
@@ -79,7 +79,17 @@ def split_field(raw: bytes, field: int) -> tuple[bytes, bytes]:
             raise DecodeError(f"unsupported wire type {wire}")
     if pos != end:
         raise DecodeError("a fixed-width field runs past the message")
-    return raw, b""
+    return end, end, end
+
+
+def _without(raw: bytes, tag_at: int, end: int) -> bytes:
+    return raw[:tag_at] if end == len(raw) else raw[:tag_at] + raw[end:]
+
+
+def split_field(raw: bytes, field: int) -> tuple[bytes, bytes]:
+    """(`raw` without `field`, the content of `field`) (see `field_span`)."""
+    tag_at, begin, end = field_span(raw, field)
+    return _without(raw, tag_at, end), raw[begin:end]
 
 
 class ReadContent:
@@ -109,11 +119,12 @@ def decode_read_response(raw: bytes) -> ReadContent:
 
 
 class AppendContent:
-    """An AppendRequest as its `meta` (every field but content) and its `content`."""
+    """An AppendRequest as its `meta` (every field but content) and its `content`, a
+    view of the message received (not a copy)."""
 
     __slots__ = ("content", "meta")
 
-    def __init__(self, meta: pb.AppendRequest, content: bytes = b"") -> None:
+    def __init__(self, meta: pb.AppendRequest, content: bytes | memoryview = b"") -> None:
         self.meta, self.content = meta, content
 
 
@@ -121,7 +132,10 @@ _NO_META = pb.AppendRequest()  # shared by content-only messages: never to be ch
 
 
 def decode_append_request(raw: bytes) -> AppendContent:
-    """The request deserializer of Append and AppendWhole: content sliced out of `raw`
-    (one copy); a content-only message (all but an Append's first) parses nothing."""
-    rest, content = split_field(raw, APPEND_CONTENT_FIELD)
-    return AppendContent(pb.AppendRequest.FromString(rest) if rest else _NO_META, content)
+    """The request deserializer of Append and AppendWhole: content is a view into `raw`
+    (no copy: a broker only writes and hashes it); a content-only message (all but an
+    Append's first) parses nothing."""
+    tag_at, begin, end = field_span(raw, APPEND_CONTENT_FIELD)
+    rest = _without(raw, tag_at, end)
+    return AppendContent(pb.AppendRequest.FromString(rest) if rest else _NO_META,
+                         memoryview(raw)[begin:end])

@@ -153,7 +153,7 @@ class Replica:
     def spool(self) -> Spool:
         return self._spool
 
-    async def append(self, chunks: AsyncIterable[bytes], *, offset: int | None = None,
+    async def append(self, chunks: AsyncIterable[bytes | memoryview], *, offset: int | None = None,
                      check_registers: Selector | None = None,
                      union_registers: LabelSet | None = None,
                      subtract_registers: LabelSet | None = None) -> AppendResult:
@@ -173,7 +173,7 @@ class Replica:
         APPEND_BYTES.inc(result.commit.size)
         return result
 
-    async def _append(self, chunks: AsyncIterable[bytes], offset: int | None,
+    async def _append(self, chunks: AsyncIterable[bytes | memoryview], offset: int | None,
                       check_registers: Selector | None, union_registers: LabelSet | None,
                       subtract_registers: LabelSet | None) -> AppendResult:
         if not self.spec.flags.may_write:
@@ -187,18 +187,21 @@ class Replica:
                                   f"match {check_registers}")
             self._maybe_roll()
             spool, begin, size = self._spool, self.write_head, 0
-            sha1 = ThreadedSha1(self._hasher)
+            # The append's own SHA-1 and the spool's, summed on the hasher's thread.
+            sha1 = ThreadedSha1(self._hasher, also=[spool.pending_sum])
             try:
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > self.max_append_size:
                         raise AppendError("NOT_ALLOWED", f"append is larger than the "
                                           f"{self.max_append_size}-byte limit")
-                    await sha1.update(chunk)  # on the hasher's thread, meanwhile:
-                    spool.write(chunk)
+                    spool.write(chunk, summed=True)
+                    await sha1.update(chunk)
                     await self._throttle(len(chunk))
                 digest = await sha1.digest()
             except BaseException:
+                # The spool's pending sum is dropped: chunks the thread may still be
+                # summing into it change nothing.
                 spool.rollback()
                 raise
             spool.commit()

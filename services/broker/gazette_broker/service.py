@@ -206,7 +206,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "content: the first message carries metadata only")
 
-        async def content() -> AsyncIterator[bytes]:
+        async def content() -> AsyncIterator[bytes | memoryview]:
             async for req in requests:
                 if not req.content:
                     return  # the commit message
@@ -222,7 +222,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                 "content: an AppendWhole request carries the content")
         return await self._append(request.meta, _one(request.content), context)
 
-    async def _append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes],
+    async def _append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes | memoryview],
                       context: Any) -> pb.AppendResponse:
         """The append of `content` under the metadata of `meta` (journal, expected
         offset, registers)."""
@@ -342,5 +342,5 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                     next_page_token=next_token)
 
 
-async def _one(content: bytes) -> AsyncIterator[bytes]:
+async def _one(content: bytes | memoryview) -> AsyncIterator[bytes | memoryview]:
     yield content

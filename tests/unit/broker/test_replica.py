@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -310,6 +311,30 @@ async def test_a_codec_changed_while_the_spool_is_empty_applies_to_the_next_frag
     assert (await r.roll()) == r.fragments()[-1]
     assert r.fragments()[-1].codec is CompressionCodec.GZIP
     assert [f.codec for f in r.fragments()] == [CompressionCodec.NONE, CompressionCodec.GZIP]
+
+
+async def test_sums_taken_on_the_hasher_thread_match_the_content(tmp_path: Path) -> None:
+    spec = replace(SPEC, fragment=replace(SPEC.fragment, length=1 << 30))
+    with ThreadPoolExecutor(max_workers=1) as hasher:
+        r = replica(tmp_path, spec, hasher=hasher)
+        big = [os.urandom(n) for n in (100_000, 1 << 20, 7, 300_000)]
+        first = await r.append(chunks(*big))
+        assert first.commit.sha1 == hashlib.sha1(b"".join(big)).digest()
+
+        async def broken() -> AsyncIterator[bytes]:
+            yield os.urandom(1 << 20)
+            yield os.urandom(1 << 20)
+            raise ConnectionResetError("the client went away")
+
+        with pytest.raises(ConnectionResetError):
+            await r.append(broken())
+        more = [os.urandom(200_000), b"tail\n"]
+        second = await r.append(chunks(*more))
+        assert second.commit.sha1 == hashlib.sha1(b"".join(more)).digest()
+        # The spool's running SHA-1 (the fragment's name) covers exactly what committed.
+        content = b"".join(big + more)
+        assert r.spool.fragment.sha1 == hashlib.sha1(content).digest()
+        assert r.spool.read(0, len(content) + 10) == content
 
 
 async def test_the_cache_evicts_past_its_bound_and_refetches(tmp_path: Path) -> None:

@@ -35,3 +35,14 @@ async def test_many_appends_share_one_thread() -> None:
             return await summer.digest() == hashlib.sha1(b"".join(parts)).digest()
 
         assert all(await asyncio.gather(*(one(i) for i in range(8))))
+
+
+async def test_also_sums_into_other_hashes_on_the_thread() -> None:
+    spool_sum = hashlib.sha1(b"earlier")
+    chunks = [os.urandom(INLINE_BYTES * 2), b"x", os.urandom(INLINE_BYTES)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        summer = ThreadedSha1(pool, also=[spool_sum])
+        for chunk in chunks:
+            await summer.update(chunk)
+        assert await summer.digest() == hashlib.sha1(b"".join(chunks)).digest()
+    assert spool_sum.digest() == hashlib.sha1(b"earlier" + b"".join(chunks)).digest()
