@@ -659,6 +659,28 @@ async def test_direct_reads_fetch_persisted_fragments(broker: BrokerServer,
         await asyncio.gather(reader, return_exceptions=True)
 
 
+async def test_direct_reads_fetch_the_next_fragment_meanwhile(broker: BrokerServer,
+                                                             client: JournalClient) -> None:
+    # Fragments of several chunks each: the next one is fetched and verified while the
+    # one before it is served, and every byte comes once, in order.
+    parts = [os.urandom(2 * MiB + 1000 * i) for i in range(4)]
+    await persist(broker, client, "test/raw", parts)
+    expected = b"".join(parts)
+    chunks = await read_all(client, "test/raw", 0, direct=True)
+    assert joined(chunks) == expected and chunks[0].offset == 0
+    bounded = await read_all(client, "test/raw", MiB, direct=True, end_offset=7 * MiB)
+    assert joined(bounded) == expected[MiB:7 * MiB] and bounded[0].offset == MiB
+    # A reader that stops in the middle leaves no fetch (nor generator) running.
+    tasks = asyncio.all_tasks()
+    async with contextlib.aclosing(client.read("test/raw", 0, direct=True)) as reader:
+        async for chunk in reader:
+            if chunk.end > 3 * MiB:
+                break
+    await asyncio.sleep(0)
+    left = [repr(t.get_coro()) for t in asyncio.all_tasks() - tasks]
+    assert not [c for c in left if "_fetch_ahead" in c or "async_generator" in c], left
+
+
 async def test_a_corrupt_stored_fragment_is_never_served(broker: BrokerServer,
                                                          client: JournalClient) -> None:
     parts = [b"good content\n" * 100, b"will be corrupted\n" * 100]

@@ -19,7 +19,7 @@ import contextlib
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import IO
 
 import aiohttp
@@ -31,6 +31,8 @@ from gazette.protocol import CompressionCodec
 
 #: Bytes read (and decoded) per worker-thread call, and the largest chunk yielded.
 BLOCK = 1 << 20
+#: Bytes read and verified per worker-thread call (fewer hand-offs than `BLOCK`).
+VERIFY_BLOCK = 8 << 20
 #: Verified content of one fragment held in memory before it spills to a temp file.
 MEMORY_LIMIT = 32 << 20
 #: HTTP fetches: a connect and per-read timeout, no total (fragments may be large).
@@ -38,7 +40,7 @@ HTTP_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60)
 
 
 async def fetch_fragment(url: str, fragment: Fragment, offset: int | None = None
-                         ) -> AsyncIterator[bytes]:
+                         ) -> AsyncGenerator[bytes, None]:
     """`fragment`'s content from `offset` (default: its begin) to its end, read from
     `url` and verified before any of it is yielded, in chunks of up to `BLOCK` bytes.
     Raises `CorruptFragment` if the stored file does not decode to the fragment's
@@ -97,7 +99,7 @@ async def _file_content(path: str, fragment: Fragment, start: int
 
 
 def _verify_block(fh: IO[bytes], decoder: FragmentDecoder) -> bool:
-    raw = fh.read(BLOCK)
+    raw = fh.read(VERIFY_BLOCK)
     if raw:
         decoder.feed(raw)
     return bool(raw)
@@ -117,16 +119,18 @@ async def _http_content(url: str, fragment: Fragment, start: int
     held = _Held(start - fragment.begin)
     try:
         decoder = FragmentDecoder(fragment)
-        async for content in _decoded(url, decoder):
-            await held.add(content)
+        async with contextlib.aclosing(_decoded(url, decoder)) as decoded:
+            async for content in decoded:
+                await held.add(content)
         await held.add(await asyncio.to_thread(decoder.finish))  # verifies SHA-1, length
-        async for chunk in held.replay():
-            yield chunk
+        async with contextlib.aclosing(held.replay()) as replay:
+            async for chunk in replay:
+                yield chunk
     finally:
         await held.close()
 
 
-async def _decoded(url: str, decoder: FragmentDecoder) -> AsyncIterator[bytes]:
+async def _decoded(url: str, decoder: FragmentDecoder) -> AsyncGenerator[bytes, None]:
     """Content decoded from the HTTP response for `url`, a block at a time."""
     async with aiohttp.ClientSession(auto_decompress=False, timeout=HTTP_TIMEOUT) as http, \
             http.get(url) as resp:
@@ -184,7 +188,7 @@ class _Held:
             spill = self._file
         await asyncio.to_thread(spill.write, content)
 
-    async def replay(self) -> AsyncIterator[bytes]:
+    async def replay(self) -> AsyncGenerator[bytes, None]:
         for content in self._memory:
             for i in range(0, len(content), BLOCK):
                 yield content[i:i + BLOCK] if len(content) > BLOCK else content

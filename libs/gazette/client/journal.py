@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -180,6 +181,42 @@ class _AttemptFailed(Exception):
     def __init__(self, err: grpc.aio.AioRpcError, committing: bool) -> None:
         super().__init__(str(err))
         self.err, self.committing = err, committing
+
+
+class _Fetched:
+    """A fragment's fetch (`rest` of its chunks), maybe primed: its first chunk taken,
+    which means the fragment was fetched and verified."""
+
+    def __init__(self, chunks: AsyncGenerator[ReadChunk, None]) -> None:
+        self.rest = chunks
+        self._first: ReadChunk | None = None
+
+    async def prime(self) -> None:
+        self._first = await anext(self.rest, None)
+
+    async def chunks(self) -> AsyncGenerator[ReadChunk, None]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        async for chunk in self.rest:
+            yield chunk
+
+
+@dataclass
+class _Ahead:
+    """The fetch of the fragment at `offset`, running while the one before is served."""
+
+    offset: int
+    task: asyncio.Task[tuple[pb.ReadResponse | None, _Fetched | None]]
+
+    async def drop(self) -> None:
+        """Cancel it if it still runs; close its fetch if it has one."""
+        self.task.cancel()
+        await asyncio.wait({self.task})
+        if not self.task.cancelled() and self.task.exception() is None:
+            _, fetched = self.task.result()
+            if fetched is not None:
+                await fetched.rest.aclose()
 
 
 class JournalClient:
@@ -417,11 +454,13 @@ class JournalClient:
             for part in msg.parts:
                 ours.update(part)
         theirs, got = hashlib.sha1(), 0
-        async for chunk in self.read(journal, offset, end_offset=offset + size):
-            if chunk.offset != offset + got:
-                break  # a hole: not what we wrote
-            theirs.update(chunk.content)
-            got += len(chunk.content)
+        async with contextlib.aclosing(self.read(journal, offset,
+                                                 end_offset=offset + size)) as chunks:
+            async for chunk in chunks:
+                if chunk.offset != offset + got:
+                    break  # a hole: not what we wrote
+                theirs.update(chunk.content)
+                got += len(chunk.content)
         if got != size or theirs.digest() != ours.digest():
             raise BrokerError("WRONG_APPEND_OFFSET", journal,
                               f"an uncertain append expected at offset {offset} did not "
@@ -436,7 +475,8 @@ class JournalClient:
     # -- reads ---------------------------------------------------------------------
 
     async def read(self, journal: str, offset: int = 0, *, block: bool = False,
-                   end_offset: int = 0, direct: bool = False) -> AsyncIterator[ReadChunk]:
+                   end_offset: int = 0, direct: bool = False
+                   ) -> AsyncGenerator[ReadChunk, None]:
         """The content of `journal` from `offset` (-1: the write head when the read
         starts), as chunks of up to about 1 MiB: up to the write head (without `block`),
         for ever, following appends (with `block`), or up to `end_offset` (if non-zero).
@@ -450,50 +490,96 @@ class JournalClient:
         if pos == -1:
             pos = await self.write_head(journal)
         backoff = self._backoff("read", journal)
-        while not end or pos < end:
-            try:
-                bound = end
-                if direct:
-                    meta = await self._metadata(journal, pos, block)
-                    if meta is None:
-                        return  # at the write head
-                    frag = fragment_from_pb(meta.fragment)
-                    pos = max(pos, meta.offset)
-                    if meta.fragment_url:
-                        stop = min(frag.end, end) if end else frag.end
-                        async for chunk in self._fetch(meta, frag, pos, stop):
+        ahead: _Ahead | None = None  # direct reads: the next fragment, fetched meanwhile
+        try:
+            while not end or pos < end:
+                try:
+                    bound = end
+                    if direct:
+                        if ahead is not None and ahead.offset == pos:
+                            taken, ahead = ahead, None
+                            meta, fetched = await taken.task
+                        else:
+                            if ahead is not None:  # resumed elsewhere: not needed
+                                await ahead.drop()
+                                ahead = None
+                            meta, fetched = await self._metadata(journal, pos, block), None
+                        if meta is None:
+                            return  # at the write head
+                        frag = fragment_from_pb(meta.fragment)
+                        pos = max(pos, meta.offset)
+                        if meta.fragment_url:
+                            stop = min(frag.end, end) if end else frag.end
+                            if not end or stop < end:
+                                ahead = _Ahead(stop, asyncio.create_task(
+                                    self._fetch_ahead(journal, stop, block, end)))
+                            fetched = fetched or _Fetched(self._fetch(meta, frag, pos, stop))
+                            async with contextlib.aclosing(fetched.rest), \
+                                    contextlib.aclosing(fetched.chunks()) as chunks:
+                                async for chunk in chunks:
+                                    pos = chunk.end
+                                    yield chunk
+                            backoff.reset()
+                            continue  # at `stop` (or, were the fetch cut short, before)
+                        if frag.end < meta.write_head:  # closed: then look again
+                            bound = min(frag.end, end) if end else frag.end
+                    start = pos
+                    async with contextlib.aclosing(self._read_through(
+                            journal, pos, block, bound, end)) as through:
+                        async for chunk in through:
                             pos = chunk.end
+                            backoff.reset()
                             yield chunk
-                        pos = max(pos, stop)
-                        backoff.reset()
-                        continue
-                    if frag.end < meta.write_head:  # a closed fragment: then look again
-                        bound = min(frag.end, end) if end else frag.end
-                start = pos
-                async for part in self._read_stream(journal, pos, block, bound):
-                    resp, content = part.meta, part.content
-                    if resp.offset < pos:  # never yield a byte twice
-                        content = content[pos - resp.offset:]
-                    at = max(resp.offset, pos)
-                    if end and at + len(content) > end:
-                        content = content[:end - at]
-                    if not content:
-                        continue
-                    READ_BYTES.labels("broker").inc(len(content))
-                    pos = at + len(content)
-                    backoff.reset()
-                    yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
-                                    resp.write_head)
-                if bound != end and pos > start:
-                    continue  # read a closed fragment through the broker: look again
-                if block and not (end and pos >= end):
-                    raise _ended_early(journal)  # streams of blocking reads don't end
-                return
-            except grpc.aio.AioRpcError as err:
-                await backoff.wait(err)
+                    if bound != end and pos > start:
+                        continue  # read a closed fragment through the broker: look again
+                    if block and not (end and pos >= end):
+                        raise _ended_early(journal)  # streams of blocking reads don't end
+                    return
+                except grpc.aio.AioRpcError as err:
+                    await backoff.wait(err)
+        finally:
+            if ahead is not None:
+                await ahead.drop()
+
+    async def _read_through(self, journal: str, pos: int, block: bool, bound: int,
+                            end: int) -> AsyncGenerator[ReadChunk, None]:
+        """Chunks read through the broker from `pos` (up to `bound`; cut at `end`)."""
+        async with contextlib.aclosing(self._read_stream(journal, pos, block, bound)) as parts:
+            async for part in parts:
+                resp, content = part.meta, part.content
+                if resp.offset < pos:  # never yield a byte twice
+                    content = content[pos - resp.offset:]
+                at = max(resp.offset, pos)
+                if end and at + len(content) > end:
+                    content = content[:end - at]
+                if not content:
+                    continue
+                READ_BYTES.labels("broker").inc(len(content))
+                pos = at + len(content)
+                yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
+                                resp.write_head)
+
+    async def _fetch_ahead(self, journal: str, pos: int, block: bool, end: int
+                           ) -> tuple[pb.ReadResponse | None, _Fetched | None]:
+        """The metadata at `pos` and, if only a store holds that fragment, its fetch
+        started and verified (its first chunk ready): done while the fragment before
+        it is served, so that two fragments verify on two cores."""
+        meta = await self._metadata(journal, pos, block)
+        if meta is None or not meta.fragment_url:
+            return meta, None
+        frag = fragment_from_pb(meta.fragment)
+        start = max(pos, meta.offset)
+        fetched = _Fetched(self._fetch(meta, frag, start, min(frag.end, end) if end
+                                       else frag.end))
+        try:
+            await fetched.prime()
+        except BaseException:
+            await fetched.rest.aclose()
+            raise
+        return meta, fetched
 
     async def _read_stream(self, journal: str, offset: int, block: bool, end_offset: int
-                           ) -> AsyncIterator[ReadContent]:
+                           ) -> AsyncGenerator[ReadContent, None]:
         """Responses with content; ends at the write head (non-blocking reads)."""
         call = self._read_rpc(pb.ReadRequest(journal=journal, offset=offset, block=block,
                                              end_offset=end_offset))
@@ -531,36 +617,40 @@ class JournalClient:
         raise _ended_early(journal)
 
     async def _fetch(self, meta: pb.ReadResponse, frag: Fragment, pos: int, stop: int
-                     ) -> AsyncIterator[ReadChunk]:
+                     ) -> AsyncGenerator[ReadChunk, None]:
         """[pos, stop) of a persisted fragment, from its store; read through the broker
         instead if the store cannot be reached from here (a corrupt file raises)."""
         yielded = False
         try:
-            async for content in fetch_fragment(meta.fragment_url, frag, pos):
-                if pos + len(content) > stop:
-                    content = content[:stop - pos]
-                if content:
-                    READ_BYTES.labels("store").inc(len(content))
-                    yielded = True
-                    yield ReadChunk(pos, content, frag, meta.write_head)
-                    pos += len(content)
-                if pos >= stop:
-                    return
+            async with contextlib.aclosing(fetch_fragment(meta.fragment_url, frag,
+                                                          pos)) as contents:
+                async for content in contents:
+                    if pos + len(content) > stop:
+                        content = content[:stop - pos]
+                    if content:
+                        READ_BYTES.labels("store").inc(len(content))
+                        yielded = True
+                        yield ReadChunk(pos, content, frag, meta.write_head)
+                        pos += len(content)
+                    if pos >= stop:
+                        return
             return
         except (OSError, aiohttp.ClientError, ValidationError) as exc:
             if yielded:
                 raise  # cannot fall back cleanly in the middle
             log.warning("cannot fetch %s from its store (%s); reading it through the "
                         "broker", frag.path, exc)
-        async for part in self._read_stream(frag.journal, pos, False, stop):
-            resp = part.meta
-            at = max(resp.offset, pos)
-            content = part.content[at - resp.offset:]
-            if content:
-                READ_BYTES.labels("broker").inc(len(content))
-                yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
-                                resp.write_head)
-                pos = at + len(content)
+        async with contextlib.aclosing(self._read_stream(frag.journal, pos, False,
+                                                         stop)) as parts:
+            async for part in parts:
+                resp = part.meta
+                at = max(resp.offset, pos)
+                content = part.content[at - resp.offset:]
+                if content:
+                    READ_BYTES.labels("broker").inc(len(content))
+                    yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
+                                    resp.write_head)
+                    pos = at + len(content)
 
     async def write_head(self, journal: str) -> int:
         """The journal's write head: the offset its next append will start at."""
