@@ -70,3 +70,37 @@ async def test_fragments_persist_after_an_s3_outage(
     finally:
         task.cancel()
         await store.close()
+
+
+@pytest.mark.parametrize("codec", list(CompressionCodec))
+async def test_large_fragments_are_compressed_a_block_at_a_time(
+    codec: CompressionCodec, tmp_path: Path
+) -> None:
+    from gazette.fragment.persister import COMPRESS_BLOCK
+    from gazette.fragment.store import FileStore
+
+    store = FileStore("file:///", file_root=tmp_path / "store")
+    persisted: list[Fragment] = []
+    persister = Persister(on_persisted=persisted.append)
+    task = asyncio.create_task(persister.run())
+    try:
+        spool = Spool("big/one", 0, tmp_path, codec)
+        data = b"".join(b'{"n": %d, "pad": "%s"}\n' % (n, b"x" * (n % 97))
+                        for n in range(2 * COMPRESS_BLOCK // 60))  # several blocks
+        assert len(data) > 2 * COMPRESS_BLOCK
+        spool.write(data)
+        spool.commit()
+        closed = spool.close()
+        persister.enqueue(closed, store)
+        await asyncio.wait_for(persister.wait_idle(), 60)
+    finally:
+        task.cancel()
+    assert [f.end for f in persisted] == [len(data)]
+    _check_stored(tmp_path, closed.fragment, data)
+
+
+def _check_stored(root: Path, fragment: Fragment, data: bytes) -> None:
+    (stored,) = (root / "store" / "big" / "one").iterdir()
+    assert stored.name == fragment.content_name
+    assert decompress(fragment.codec, stored.read_bytes()) == data
+    assert list(root.glob("spool-*")) == []  # the spool and its compressed copy: gone

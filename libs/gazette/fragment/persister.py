@@ -2,7 +2,9 @@
 
 A closed spool stays on local disk until its upload succeeds, and uploads are retried
 with backoff for as long as the store fails, so a store outage delays persistence but
-loses nothing. Compression runs in a worker thread (it is CPU work on a whole fragment).
+loses nothing. Compression runs in a worker thread, a block at a time into a file beside
+the spool (a fragment may be 512 MiB: it is never held in memory), and the file is
+uploaded.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from pathlib import Path
 
 from prometheus_client import Counter, Gauge
 
-from gazette.fragment.codec import compress
+from gazette.fragment.codec import Compressor
 from gazette.fragment.fragment import Fragment
 from gazette.fragment.spool import ClosedSpool
 from gazette.fragment.store.base import FragmentStore, StoreError
+from gazette.protocol import CompressionCodec
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +75,11 @@ class Persister:
 
     async def _persist(self, spool: ClosedSpool, store: FragmentStore) -> None:
         frag = spool.fragment
-        data = await asyncio.to_thread(_compressed, spool.path, frag)
+        stored = await asyncio.to_thread(_compressed_file, spool.path, frag)
         delay = self._retry_initial
         while True:
             try:
-                await store.put(frag, data)
+                await store.put(frag, stored)
                 break
             except StoreError as exc:
                 PERSIST_FAILURES.inc()
@@ -85,13 +88,29 @@ class Persister:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._retry_max)
         PERSISTED.inc()
-        with contextlib.suppress(FileNotFoundError):
-            await asyncio.to_thread(spool.path.unlink)
+        for path in {stored, spool.path}:
+            with contextlib.suppress(FileNotFoundError):
+                await asyncio.to_thread(path.unlink)
         if self._on_persisted is not None:
             # The store's own mod time is learned at the next listing; now is within a second.
             self._on_persisted(replace(frag, backing_store=store.url,
                                        mod_time=int(time.time())))
 
 
-def _compressed(path: Path, fragment: Fragment) -> bytes:
-    return compress(fragment.codec, path.read_bytes())
+#: Spool content compressed per step: memory stays bounded whatever the fragment's size.
+COMPRESS_BLOCK = 4 << 20
+
+
+def _compressed_file(path: Path, fragment: Fragment) -> Path:
+    """The file to upload for the spool at `path`: the spool itself (codec NONE) or its
+    content compressed, a block at a time, into a file beside it."""
+    if fragment.codec is CompressionCodec.NONE:
+        return path
+    out = path.with_name(path.name + ".stored")
+    compressor = Compressor(fragment.codec)
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        while block := src.read(COMPRESS_BLOCK):
+            compressor.feed(block)
+            dst.write(compressor.drain())
+        dst.write(compressor.finish())
+    return out
