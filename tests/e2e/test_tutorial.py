@@ -19,7 +19,6 @@ while the test watches.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ from gazette.fragment import Fragment, decompress
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.local.tutorial import EXAMPLE_JOURNAL_YAML, FOOBAR_TREE_YAML, TUTORIAL_SELECTIONS
 from gazette.protocol import CompressionCodec
-from tests.fixtures.procs import free_port
+from tests.fixtures.procs import free_port, run_process
 from tests.fixtures.s3 import S3Bucket, S3Server
 from tests.integration.test_broker_process import wait_healthy
 
@@ -82,39 +81,6 @@ async def eventually(check: Callable[[], Awaitable[T | None]], what: str,
             return result
         assert loop.time() < deadline, f"timed out after {timeout}s waiting for {what}"
         await asyncio.sleep(interval)
-
-
-async def run(argv: Sequence[str], env: dict[str, str], stdin: bytes = b"",
-              timeout: float = 30.0) -> tuple[int, bytes, str]:
-    """`argv` as a process fed `stdin`: (exit status, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-
-    async def feed() -> None:
-        # The process may exit before it reads its input: not the test's concern.
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
-            proc.stdin.write(stdin)
-            await proc.stdin.drain()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
-            proc.stdin.close()
-
-    async def communicate() -> tuple[bytes, bytes]:
-        assert proc.stdout is not None and proc.stderr is not None
-        _, out, err = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
-        await proc.wait()
-        return out, err
-
-    try:
-        out, err = await asyncio.wait_for(communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{argv} did not finish within {timeout}s") from None
-    assert proc.returncode is not None
-    return proc.returncode, out, err.decode(errors="replace")
 
 
 class Collected:
@@ -280,7 +246,7 @@ class Tutorial:
 
     async def gazctl(self, *args: str, stdin: bytes = b"",
                      env: dict[str, str] | None = None) -> tuple[int, str, str]:
-        code, out, err = await run([GAZCTL, *args], self.env(env), stdin)
+        code, out, err = await run_process([GAZCTL, *args], self.env(env), stdin)
         return code, out.decode(), err
 
     async def ok(self, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None,
@@ -292,7 +258,7 @@ class Tutorial:
 
     async def curl(self, *args: str, stdin: bytes = b"") -> bytes:
         """curl, which must succeed: its stdout."""
-        code, out, err = await run([CURL, *args], self.env(), stdin)
+        code, out, err = await run_process([CURL, *args], self.env(), stdin)
         assert code == 0, (args, err, self.broker.log_tail())
         return out
 

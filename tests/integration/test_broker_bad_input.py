@@ -34,6 +34,7 @@ from gazette.protocol.trees import journal_changes_from_yaml
 from gazette_broker.replica import APPENDS
 from gazette_broker.server import BrokerServer
 from tests.fixtures.broker import broker_config
+from tests.fixtures.relay import Relay
 
 pytestmark = pytest.mark.integration
 
@@ -471,60 +472,10 @@ async def test_an_append_whose_channel_closes_mid_stream_commits_nothing(
     await assert_still_serving(broker, JOURNAL, BEFORE)
 
 
-class _CuttableRelay:
-    """A TCP relay to `target` whose connections `cut()` aborts (both ends see a reset,
-    neither gets an HTTP/2 goodbye)."""
-
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self._target = (host, int(port))
-        self._writers: list[asyncio.StreamWriter] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> _CuttableRelay:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self.cut()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    @property
-    def address(self) -> str:
-        assert self._server is not None
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    def cut(self) -> None:
-        for writer in self._writers:
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                      ) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._target)
-        self._writers += [writer, up_writer]
-        for task in (self._pump(reader, up_writer), self._pump(up_reader, writer)):
-            t = asyncio.create_task(task)
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
-
-    @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.transport.abort()
-
-
 async def test_an_append_whose_connection_is_cut_mid_stream_commits_nothing(
         broker: BrokerServer) -> None:
     await append_before(broker)
-    async with _CuttableRelay(broker.grpc_address) as relay, \
+    async with Relay(broker.grpc_address) as relay, \
             grpc.aio.insecure_channel(relay.address) as channel:
         call = await _start_append(broker_pb2_grpc.JournalStub(channel), broker,
                                    os.urandom(2 * MiB))

@@ -55,6 +55,7 @@ from gazette.protocol.content import AppendContent
 from gazette.protocol.trees import SpecChange
 from gazette_broker.server import BrokerServer
 from gazette_broker.service import JournalService, add_journal_service
+from tests.fixtures.relay import Relay
 from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
@@ -115,96 +116,6 @@ def head(broker: BrokerServer, journal: str) -> int:
 
 
 # -- a relay whose connections a test can cut ------------------------------------------
-
-
-class Relay:
-    """A TCP relay to `target`. `cut()` aborts every connection through it (both ends
-    see a reset); `hold_up`/`hold_down` stop forwarding client->broker / broker->client
-    bytes (they are dropped when cut). After `arm()`, `up_bytes` counts the client's
-    bytes and `end_of_stream` is set when a client HTTP/2 DATA frame with END_STREAM
-    goes by: the client finished sending a request (an append's commit included)."""
-
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self.target = (host, int(port))
-        self.hold_up = self.hold_down = False
-        self.up_bytes = 0
-        self.end_of_stream = asyncio.Event()
-        self.connections = 0
-        self._armed = False
-        self._writers: list[asyncio.StreamWriter] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Relay:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self.cut()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    @property
-    def address(self) -> str:
-        assert self._server is not None
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    def arm(self) -> None:
-        self.end_of_stream.clear()
-        self.up_bytes = 0
-        self._armed = True
-
-    def cut(self) -> None:
-        for writer in self._writers:
-            writer.transport.abort()
-        self._writers.clear()
-        self.hold_up = self.hold_down = False
-        self._armed = False
-
-    async def _accept(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter
-                      ) -> None:
-        self.connections += 1
-        b_reader, b_writer = await asyncio.open_connection(*self.target)
-        self._writers += [c_writer, b_writer]
-        for task in (self._pump(c_reader, b_writer, up=True),
-                     self._pump(b_reader, c_writer, up=False)):
-            t = asyncio.create_task(task)
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    up: bool) -> None:
-        frames = bytearray()
-        preface = 24 if up else 0  # HTTP/2 client connection preface
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while data := await reader.read(65536):
-                if up:
-                    frames += data
-                    preface, frames = self._scan(frames, preface)
-                    self.up_bytes += len(data)
-                if (self.hold_up if up else self.hold_down) or writer.is_closing():
-                    continue
-                writer.write(data)
-                await writer.drain()
-        writer.transport.abort()
-
-    def _scan(self, buf: bytearray, preface: int) -> tuple[int, bytearray]:
-        """Find DATA frames with END_STREAM in the client's HTTP/2 bytes."""
-        if preface:
-            skip = min(preface, len(buf))
-            del buf[:skip]
-            preface -= skip
-        while len(buf) >= 9:
-            length = int.from_bytes(buf[:3], "big")
-            if len(buf) < 9 + length:
-                break
-            if buf[3] == 0 and buf[4] & 1 and self._armed:
-                self.end_of_stream.set()
-            del buf[:9 + length]
-        return preface, buf
 
 
 @pytest.fixture

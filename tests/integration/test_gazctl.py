@@ -9,7 +9,6 @@ thread).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import os
@@ -25,6 +24,7 @@ from gazette.gazctl.__main__ import run_async
 from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 from gazette.message.framing.fixed import FIXED_FRAME_MAGIC
 from gazette_broker.server import BrokerServer
+from tests.fixtures.procs import run_process
 
 pytestmark = pytest.mark.integration
 
@@ -43,29 +43,8 @@ def _env(server: BrokerServer | None, extra: dict[str, str] | None = None) -> di
 async def gazctl(server: BrokerServer | None, *args: str, stdin: bytes = b"",
                  env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """`gazctl args...` as a process: (exit status, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        GAZCTL, *args, env=_env(server, env), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-
-    async def feed() -> None:
-        # gazctl may exit before it reads its input (a usage error): not the test's concern.
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
-            proc.stdin.write(stdin)
-            await proc.stdin.drain()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
-            proc.stdin.close()
-
-    async def run() -> tuple[bytes, bytes]:
-        assert proc.stdout is not None and proc.stderr is not None
-        _, out, err = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
-        await proc.wait()
-        return out, err
-
-    out, err = await asyncio.wait_for(run(), 30)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    code, out, err = await run_process([GAZCTL, *args], _env(server, env), stdin)
+    return code, out.decode(), err
 
 
 async def inproc(server: BrokerServer, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
