@@ -4,7 +4,7 @@ and spec changes against a broker, and the `AppendQueue` that the message librar
 Publisher appends through. See docs/client.md."""
 
 from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
-from gazette.client.fetch import fetch_fragment
+from gazette.client.fetch import FetchError, fetch_fragment
 from gazette.client.journal import (
     AppendContent,
     AppendResult,
@@ -26,6 +26,7 @@ __all__ = [
     "AppendUncertain",
     "ApplyConflict",
     "BrokerError",
+    "FetchError",
     "FragmentInfo",
     "JournalClient",
     "ListedJournal",

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import aiohttp
 import grpc
 
 from gazette import names
@@ -635,7 +634,7 @@ class JournalClient:
                     if pos >= stop:
                         return
             return
-        except (OSError, aiohttp.ClientError, ValidationError) as exc:
+        except (OSError, ValidationError) as exc:  # FetchError (HTTP) is an OSError
             if yielded:
                 raise  # cannot fall back cleanly in the middle
             log.warning("cannot fetch %s from its store (%s); reading it through the "

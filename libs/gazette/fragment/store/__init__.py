@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gazette.fragment.store.base import (
     CHUNK_SIZE,
@@ -21,8 +21,21 @@ from gazette.fragment.store.base import (
     not_a_store,
 )
 from gazette.fragment.store.file import FileStore
-from gazette.fragment.store.s3 import S3ClientPool, S3Store, aclose_all, client_pool
 from gazette.protocol import validate_store_url
+
+if TYPE_CHECKING:
+    from gazette.fragment.store.s3 import S3ClientPool, S3Store, aclose_all, client_pool
+
+#: Loaded on first use: aiobotocore takes ~0.2 s to import, which every gazctl command
+#: would pay, though most never touch S3.
+_S3_NAMES = ("S3ClientPool", "S3Store", "aclose_all", "client_pool")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _S3_NAMES:
+        from gazette.fragment.store import s3
+        return getattr(s3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CHUNK_SIZE",
@@ -55,4 +68,5 @@ def store_for(url: str, *, file_root: Path | None = None,
             raise not_a_store(url, "file:// stores need the broker's file root "
                               "(--broker.file-root is not set)")
         return FileStore(url, file_root)
+    from gazette.fragment.store.s3 import S3Store
     return S3Store(url, env, **(s3_options or {}))
