@@ -23,8 +23,9 @@ capacity its limit), reached in passes that keep it cheap and keep churn low:
 6. **respread**: an item balancing left in one zone moves a replica to another zone
    with room.
 
-Replica order: a kept primary (slot 0) stays primary; otherwise the replica whose member
-is primary for the fewest items becomes it. Zone spread is a preference the flow may
+Replica order: a kept primary (slot 0) stays primary, unless its member is primary for
+more than its share of items; otherwise the replica whose member is primary for the
+fewest items becomes it. Zone spread is a preference the flow may
 overflow: an item is put in one zone only when no other zone has room for it.
 """
 
@@ -368,5 +369,26 @@ def _result(st: _State, current: Mapping[str, Sequence[ProcessId]]) -> Solution:
         primary = min(members, key=lambda m: (primaries[m], members.index(m)))
         primaries[primary] += 1
         out[item] = (primary, *[m for m in members if m != primary])
+    _balance_primaries(out, primaries, len(st.limit))
     removed += sum(len(set(ms)) for item, ms in current.items() if item not in st.members_of)
     return Solution(out, added, removed)
+
+
+def _balance_primaries(out: dict[str, tuple[ProcessId, ...]],
+                       primaries: dict[ProcessId, int], members: int) -> None:
+    """A member primary for more than its share of items (say, the first member up,
+    which got every item) hands some over to replicas that are primary for fewer."""
+    led = [item for item, ms in out.items() if ms]
+    if not led or members < 2:
+        return
+    share = -(-len(led) // members)  # ceil
+    for item in sorted(led):
+        ms = out[item]
+        if primaries[ms[0]] <= share:
+            continue
+        takers = [m for m in ms[1:] if primaries[m] < share]
+        if takers:
+            new = min(takers, key=lambda m: (primaries[m], ms.index(m)))
+            primaries[ms[0]] -= 1
+            primaries[new] += 1
+            out[item] = (new, *[m for m in ms if m != new])

@@ -1,0 +1,265 @@
+"""The allocator over etcd: every member runs one; the leader writes assignments.
+
+The leader is the member whose key has the lowest create revision (ties: the lowest
+key), so leadership passes on, without an election, when the leader's lease ends. On
+each change of the keyspace the leader reads the items, members and assignments it
+mirrors (`State`), solves (`gazette.allocator.solver`), and converges etcd towards the
+solution in transactions that each compare the leader's own member key (a leader that
+lost its lease writes nothing) and every assignment key they touch (nothing written
+from a stale view).
+
+Assignments are added first and removed only later: an assignment that is no longer
+wanted (its member is exiting, or the items are rebalanced) is removed only once every
+current assignment of its item is consistent (`is_consistent`: for brokers, each replica
+has acknowledged the item's current route), so an item never drops below what its
+replicas have agreed on. Assignment keys live under their member's lease: a member that
+dies takes its assignments with it, and the leader re-places them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from gazette.allocator.solver import Member, Solution, solve
+from gazette.errors import ValidationError
+from gazette.keyspace import Etcd, Event, KeySpace, Layout, Txn, TxnConflict
+from gazette.keyspace.layout import AssignmentKey, ItemKey, MemberKey
+from gazette.protocol import MemberSpec, ProcessId
+
+log = logging.getLogger(__name__)
+
+CONVERGES = Counter("gazette_allocator_converges_total",
+                    "Leader passes that wrote assignment changes")
+ASSIGNMENT_OPS = Counter("gazette_allocator_assignment_ops_total",
+                         "Assignment keys written by this member as leader", ["op"])
+
+#: Operations per etcd transaction (etcd's default limit is 128, and the leader's own
+#: key and every touched key are compared too).
+MAX_TXN_OPS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """An item's assignment to a member, as stored: its slot (0 is primary), value
+    (what the member acknowledged, for `is_consistent`) and etcd revisions."""
+
+    item: str
+    member: ProcessId
+    slot: int
+    value: bytes
+    key: str
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """A member as stored: its spec, key, create revision and lease."""
+
+    spec: MemberSpec
+    key: str
+    create_revision: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """What the allocator needs of a keyspace, at one revision."""
+
+    revision: int
+    items: dict[str, int]  # item → replication
+    members: dict[ProcessId, MemberState]
+    assignments: dict[str, list[Assignment]]  # item → by slot, then member
+
+    @property
+    def leader(self) -> ProcessId | None:
+        """The member with the lowest create revision (then key)."""
+        if not self.members:
+            return None
+        return min(self.members.values(), key=lambda m: (m.create_revision, m.key)).spec.id
+
+    def current(self) -> dict[str, list[ProcessId]]:
+        return {item: [a.member for a in assigned]
+                for item, assigned in self.assignments.items()}
+
+
+IsConsistent = Callable[[str, Assignment, Sequence[Assignment]], bool]
+
+
+def always_consistent(item: str, assignment: Assignment,
+                      assignments: Sequence[Assignment]) -> bool:
+    return True
+
+
+def read_state(keyspace: KeySpace[Any], layout: Layout,
+               replication_of: Callable[[Any], int]) -> State:
+    """The items (with their replication), live members and assignments of `keyspace`.
+    Assignments of items or members that are gone are listed too (under their item):
+    the solver drops them and the leader deletes them."""
+    items: dict[str, int] = {}
+    members: dict[ProcessId, MemberState] = {}
+    assignments: dict[str, list[Assignment]] = defaultdict(list)
+    entries = [*keyspace.prefixed(layout.items), *keyspace.prefixed(layout.members),
+               *keyspace.prefixed(layout.assignments)]
+    for entry in entries:
+        key = layout.parse(entry.kv.key)
+        if isinstance(key, ItemKey):
+            items[key.item] = replication_of(entry.value)
+        elif isinstance(key, MemberKey):
+            spec = entry.value
+            members[spec.id] = MemberState(spec, entry.kv.key, entry.kv.create_revision,
+                                           entry.kv.lease)
+        elif isinstance(key, AssignmentKey):
+            assignments[key.item].append(Assignment(
+                key.item, ProcessId(key.zone, key.suffix), key.slot, entry.kv.value,
+                entry.kv.key, entry.kv.mod_revision))
+    for assigned in assignments.values():
+        assigned.sort(key=lambda a: (a.slot, a.member))
+    return State(keyspace.revision, items, members, dict(assignments))
+
+
+@dataclass
+class Plan:
+    """The operations that move etcd towards a solution, in what may go now."""
+
+    puts: list[tuple[str, int]]  # (assignment key, its member's lease)
+    deletes: list[Assignment]
+    waiting: int  # removals held back until their items are consistent
+
+    def __bool__(self) -> bool:
+        return bool(self.puts or self.deletes)
+
+
+def plan(state: State, layout: Layout, solution: Solution,
+         is_consistent: IsConsistent = always_consistent) -> Plan:
+    """Additions now; removals (and slot changes) of an item only once it has every
+    member it should have and all its current assignments are consistent."""
+    puts: list[tuple[str, int]] = []
+    deletes: list[Assignment] = []
+    waiting = 0
+    for item in sorted(set(state.assignments) | set(solution.assignments)):
+        current = state.assignments.get(item, [])
+        desired = solution.assignments.get(item, ())
+        held = {a.member for a in current}
+        adds = [(slot, m) for slot, m in enumerate(desired) if m not in held]
+        for slot, m in adds:
+            puts.append((layout.assignment_key(item, m.zone, m.suffix, slot),
+                         state.members[m].lease))
+        gone_item_or_member = item not in state.items
+        stale = [a for a in current
+                 if a.member not in desired or a.member not in state.members
+                 or gone_item_or_member]
+        moved = [(a, desired.index(a.member)) for a in current
+                 if a not in stale and desired.index(a.member) != a.slot]
+        if not stale and not moved:
+            continue
+        ready = gone_item_or_member or (not adds and all(
+            is_consistent(item, a, current) for a in current if a.member in state.members))
+        if not ready:
+            waiting += len(stale) + len(moved)
+            continue
+        deletes.extend(stale)
+        for a, slot in moved:  # a new key at the new slot, the old one deleted
+            deletes.append(a)
+            puts.append((layout.assignment_key(item, a.member.zone, a.member.suffix, slot),
+                         state.members[a.member].lease))
+    return Plan(puts, deletes, waiting)
+
+
+class Allocator:
+    """Runs the allocator for the member `me` (whose spec is under `layout`, kept by a
+    lease the caller owns): follows `keyspace`, and while `me` leads, converges the
+    assignments. `replication_of` reads an item's replication from its decoded spec."""
+
+    def __init__(self, etcd: Etcd, keyspace: KeySpace[Any], layout: Layout, me: ProcessId,
+                 replication_of: Callable[[Any], int] = lambda spec: int(spec.replication),
+                 is_consistent: IsConsistent = always_consistent) -> None:
+        self.etcd, self.keyspace, self.layout, self.me = etcd, keyspace, layout, me
+        self.replication_of = replication_of
+        self.is_consistent = is_consistent
+        self._changed = asyncio.Event()
+        self.converged = asyncio.Event()  # set while the leader has nothing left to do
+
+    def state(self) -> State:
+        return read_state(self.keyspace, self.layout, self.replication_of)
+
+    async def run(self) -> None:
+        """Until cancelled: after each keyspace change, converge if `me` leads."""
+        stop = self.keyspace.observe(self._on_change)
+        try:
+            self._changed.set()
+            while True:
+                await self._changed.wait()
+                self._changed.clear()
+                try:
+                    await self.converge()
+                except TxnConflict as err:
+                    # Someone wrote meanwhile (or leadership moved): our view was
+                    # stale. The watch brings the change; try again from there.
+                    log.debug("allocator: %s", err)
+                    await self.keyspace.wait_for_revision(err.revision)
+                    self._changed.set()
+        finally:
+            stop()
+
+    def _on_change(self, revision: int, events: list[Event]) -> None:
+        self._changed.set()
+
+    async def converge(self) -> bool:
+        """One leader pass: solve and write what may be written now. Returns whether
+        anything was written (the watch then triggers the next pass)."""
+        state = self.state()
+        if state.leader != self.me:
+            self.converged.clear()
+            return False
+        limits = [Member(m.spec.id, m.spec.item_limit) for m in state.members.values()]
+        solution = solve(state.items, limits, state.current())
+        steps = plan(state, self.layout, solution, self.is_consistent)
+        if not steps:
+            if steps.waiting:
+                log.debug("allocator: %d removals wait for consistency", steps.waiting)
+                self.converged.clear()
+            else:
+                self.converged.set()
+            return False
+        self.converged.clear()
+        revision = await self._apply(state, steps)
+        CONVERGES.inc()
+        log.info("allocator: %d assignments added, %d removed (revision %d)",
+                 len(steps.puts), len(steps.deletes), revision)
+        await self.keyspace.wait_for_revision(revision)
+        return True
+
+    async def _apply(self, state: State, steps: Plan) -> int:
+        leader_key = state.members[self.me].key
+        leader_rev = self.keyspace.get(leader_key)
+        if leader_rev is None:
+            raise ValidationError("member", f"{self.me} has no member key")
+        ops: list[tuple[str, Any]] = [("delete", a) for a in steps.deletes] + \
+            [("put", p) for p in steps.puts]
+        revision = state.revision
+        for begin in range(0, len(ops), MAX_TXN_OPS):
+            txn = Txn().expect(leader_key, leader_rev.kv.mod_revision)
+            for op, arg in ops[begin:begin + MAX_TXN_OPS]:
+                if op == "delete":
+                    txn.expect(arg.key, arg.mod_revision).delete(arg.key)
+                else:
+                    key, lease = arg
+                    txn.expect(key, 0).put(key, b"", lease=lease)
+                ASSIGNMENT_OPS.labels(op).inc()
+            revision = (await txn.commit(self.etcd)).revision
+        return revision
+
+
+async def stop_task(task: asyncio.Task[None]) -> None:
+    """Cancel an allocator's task and wait for it."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
