@@ -242,12 +242,24 @@ class Allocator:
         leader_rev = self.keyspace.get(leader_key)
         if leader_rev is None:
             raise ValidationError("member", f"{self.me} has no member key")
-        ops: list[tuple[str, Any]] = [("delete", a) for a in steps.deletes] + \
-            [("put", p) for p in steps.puts]
+        # An item's operations (a slot change is a delete and a put) stay in one
+        # transaction, so no reader sees half of them.
+        by_item: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        for a in steps.deletes:
+            by_item[a.item].append(("delete", a))
+        for put in steps.puts:
+            parsed = self.layout.parse(put[0])
+            assert isinstance(parsed, AssignmentKey)
+            by_item[parsed.item].append(("put", put))
+        batches: list[list[tuple[str, Any]]] = [[]]
+        for ops in by_item.values():
+            if batches[-1] and len(batches[-1]) + len(ops) > MAX_TXN_OPS:
+                batches.append([])
+            batches[-1].extend(ops)
         revision = state.revision
-        for begin in range(0, len(ops), MAX_TXN_OPS):
+        for batch in batches:
             txn = Txn().expect(leader_key, leader_rev.kv.mod_revision)
-            for op, arg in ops[begin:begin + MAX_TXN_OPS]:
+            for op, arg in batch:
                 if op == "delete":
                     txn.expect(arg.key, arg.mod_revision).delete(arg.key)
                 else:
