@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from types import TracebackType
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -20,6 +21,8 @@ from gazette.keyspace.etcd import STREAM_ERRORS, Etcd, EtcdError, iterate_stream
 log = logging.getLogger(__name__)
 
 MIN_TTL = 2
+#: How long leaving `async with Lease` waits for its keepalive task to stop.
+STOP_TIMEOUT = 5.0
 
 LEASES_LOST = Counter("gazette_leases_lost_total",
                       "Leases found expired or revoked by someone else, or not refreshed in time")
@@ -41,6 +44,8 @@ class Lease:
         self.lost = asyncio.Event()
         self._expires_at = time.monotonic() + ttl
         self._task: asyncio.Task[None] | None = None
+        self._call: Any = None  # the keepalive stream, while one is open
+        self._stopping = False  # set by __aexit__: the keepalive ends
 
     @classmethod
     async def grant(cls, etcd: Etcd, ttl: int) -> Lease:
@@ -64,6 +69,8 @@ class Lease:
             except STREAM_ERRORS as exc:
                 if isinstance(exc, LeaseLost):
                     raise
+                if self._stopping:
+                    return
                 if self.remaining <= 0:
                     self._mark_lost("not refreshed before its TTL ran out")
                     raise LeaseLost(f"lease {self.id:x} expired while etcd was unreachable") \
@@ -74,7 +81,7 @@ class Lease:
         raise LeaseLost(f"lease {self.id:x} is lost")
 
     async def _keep_alive_stream(self, interval: float) -> None:
-        call = self.etcd.lease_keepalive_stream()
+        call = self._call = self.etcd.lease_keepalive_stream()
         try:
             responses = iterate_stream(call)
             while True:
@@ -90,6 +97,7 @@ class Lease:
             raise EtcdError("keepalive stream ended") from None
         finally:
             call.cancel()
+            self._call = None
 
     def _mark_lost(self, why: str, level: int = logging.ERROR) -> None:
         if not self.lost.is_set():
@@ -115,8 +123,15 @@ class Lease:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._task is not None:
+            # grpc.aio may swallow a task's cancellation (a task cancelled inside a stream
+            # write was seen to never finish, 1 run in ~20): so the loop is also told to
+            # stop, its stream is cancelled, and the wait is bounded.
+            self._stopping = True
+            if self._call is not None:
+                self._call.cancel()
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            done, _ = await asyncio.wait({self._task}, timeout=STOP_TIMEOUT)
+            if not done:
+                log.warning("lease %x: the keepalive task did not stop", self.id)
         if not self.lost.is_set():
             await self.revoke()
