@@ -19,7 +19,6 @@ dies takes its assignments with it, and the leader re-places them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -152,15 +151,15 @@ def plan(state: State, layout: Layout, solution: Solution,
         for slot, m in adds:
             puts.append((layout.assignment_key(item, m.zone, m.suffix, slot),
                          state.members[m].lease))
-        gone_item_or_member = item not in state.items
+        item_gone = item not in state.items
         stale = [a for a in current
                  if a.member not in desired or a.member not in state.members
-                 or gone_item_or_member]
+                 or item_gone]
         moved = [(a, desired.index(a.member)) for a in current
                  if a not in stale and desired.index(a.member) != a.slot]
         if not stale and not moved:
             continue
-        ready = gone_item_or_member or (not adds and all(
+        ready = item_gone or (not adds and all(
             is_consistent(item, a, current) for a in current if a.member in state.members))
         if not ready:
             waiting += len(stale) + len(moved)
@@ -268,10 +267,3 @@ class Allocator:
                 ASSIGNMENT_OPS.labels(op).inc()
             revision = (await txn.commit(self.etcd)).revision
         return revision
-
-
-async def stop_task(task: asyncio.Task[None]) -> None:
-    """Cancel an allocator's task and wait for it."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

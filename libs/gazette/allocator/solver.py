@@ -81,9 +81,6 @@ class _State:
         self.target = {m: demand * lim / total_limit if total_limit else 0.0
                        for m, lim in self.limit.items()}
 
-    def load(self, m: ProcessId) -> int:
-        return len(self.items_of[m])
-
     def room(self, m: ProcessId) -> bool:
         return len(self.items_of[m]) < self.limit[m]
 
@@ -107,9 +104,9 @@ class _State:
             members.append(adding)
         return len(self.zones) < 2 or len(members) < 2 or len({m.zone for m in members}) > 1
 
-    def deviation(self, m: ProcessId, delta: int = 0) -> float:
-        """How far `m`'s load (plus `delta`) is above its fair share, in items."""
-        return len(self.items_of[m]) + delta - self.target[m]
+    def deviation(self, m: ProcessId) -> float:
+        """How far `m`'s load is above its fair share, in items."""
+        return len(self.items_of[m]) - self.target[m]
 
 
 def solve(items: Mapping[str, int], members: Sequence[Member],

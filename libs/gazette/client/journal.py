@@ -639,17 +639,10 @@ class JournalClient:
                 raise  # cannot fall back cleanly in the middle
             log.warning("cannot fetch %s from its store (%s); reading it through the "
                         "broker", frag.path, exc)
-        async with contextlib.aclosing(self._read_stream(frag.journal, pos, False,
-                                                         stop)) as parts:
-            async for part in parts:
-                resp = part.meta
-                at = max(resp.offset, pos)
-                content = part.content[at - resp.offset:]
-                if content:
-                    READ_BYTES.labels("broker").inc(len(content))
-                    yield ReadChunk(at, content, fragment_from_pb(resp.fragment),
-                                    resp.write_head)
-                    pos = at + len(content)
+        async with contextlib.aclosing(self._read_through(frag.journal, pos, False, stop,
+                                                          stop)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def write_head(self, journal: str) -> int:
         """The journal's write head: the offset its next append will start at."""

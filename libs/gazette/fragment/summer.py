@@ -57,10 +57,6 @@ class ThreadedSha1:
 
     async def digest(self) -> bytes:
         """The SHA-1 of every chunk, once all are summed (into `also` too)."""
-        await self.settle()
-        return self._sha1.digest()
-
-    async def settle(self) -> None:
-        """Wait until every chunk given is summed (call it before dropping `also`)."""
         while self._pending:
             await self._pending.popleft()
+        return self._sha1.digest()

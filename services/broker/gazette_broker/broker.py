@@ -49,10 +49,11 @@ class Broker:
         self.max_append_size = max_append_size
         self.index = FragmentIndex()
         self.persister = Persister(on_persisted=self._on_persisted)
-        #: One thread summing appends' own SHA-1s while the loop writes spools.
+        #: One thread summing appends' SHA-1s (their own and their spools') while the
+        #: loop receives content and writes spools.
         self.hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-sha1")
         self.replicas: dict[str, Replica] = {}
-        #: Journals with a spec that are not served yet, and why.
+        #: Journals with a spec that are not served yet: why, as a sentence naming them.
         self.unready: dict[str, str] = {}
         self._stores: dict[str, FragmentStore] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -103,10 +104,10 @@ class Broker:
                     spec, self.spool_root / name.replace("/", "%2F"), self.index,
                     self.persister, self.store_for, self.max_append_size, self.hasher)
             except (StoreError, ValidationError, OSError) as err:
-                reason = f"its fragment stores cannot be listed: {err}"
+                reason = (f"journal {name} is not served yet: its fragment stores cannot "
+                          f"be listed: {err}")
                 if self.unready.get(name) != reason:
-                    log.warning("not serving %s: %s (trying again every %d s)", name,
-                                reason, OPEN_RETRY_SECONDS)
+                    log.warning("%s (trying again every %d s)", reason, OPEN_RETRY_SECONDS)
                 self.unready[name] = reason
                 return
         self.unready.pop(name, None)

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from gazette import names
 from gazette.errors import ValidationError
-from gazette.fragment import CodecError, CorruptFragment
+from gazette.fragment import CorruptFragment
 from gazette.fragment.store import StoreError
 from gazette_broker.replica import AppendError, ReadChunk, ReadError, Replica
 
@@ -126,8 +126,7 @@ class HttpGateway:
             raise HttpError(400, str(err)) from None
         replica = self.replicas.get(journal)
         if replica is None and journal in self.unready:
-            raise HttpError(503, f"journal {journal} is not served yet: "
-                            f"{self.unready[journal]}")
+            raise HttpError(503, self.unready[journal])
         if replica is None:
             raise HttpError(404, f"JOURNAL_NOT_FOUND: {journal}")
         return replica
@@ -174,7 +173,6 @@ class HttpGateway:
                              or ("application/octet-stream",))[0],
             "X-Gazette-Write-Head": str(replica.write_head),
         })
-        at = offset  # where the content not yet served begins
         try:
             first: ReadChunk | None = None
             if not block:  # a read that cannot start gets a status, not an empty 200
@@ -185,23 +183,17 @@ class HttpGateway:
             await response.prepare(request)
             if first is not None:
                 await response.write(first.content)
-                at = first.offset + len(first.content)
             async for chunk in chunks:
                 await response.write(chunk.content)
-                at = chunk.offset + len(chunk.content)
         except ReadError as err:
             if response.prepared:  # pragma: no cover - raised only before any content
                 raise
             raise _error_for(err.status, str(err)) from None
-        except (CorruptFragment, CodecError) as err:
-            # A stored fragment whose content does not match it, or (CodecError) that
-            # does not even decode with its codec: never served, reported as data loss.
-            reason = str(err) if isinstance(err, CorruptFragment) else \
-                f"undecodable fragment of {replica.spec.name} at offset {at}: {err}"
-            log.error("HTTP read of %s: %s", replica.spec.name, reason)
+        except CorruptFragment as err:  # undecodable ones too (the cache's FragmentDecoder)
+            log.error("HTTP read of %s: %s", replica.spec.name, err)
             if response.prepared:
                 raise  # the connection is cut: the reader sees a truncated body
-            raise HttpError(500, f"DATA_LOSS: {reason}") from None
+            raise HttpError(500, f"DATA_LOSS: {err}") from None
         except StoreError as err:
             if response.prepared:
                 raise

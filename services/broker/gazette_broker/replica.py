@@ -90,8 +90,8 @@ class Replica:
                  store_for: Callable[[str], FragmentStore] | None = None,
                  max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
                  hasher: Executor | None = None) -> None:
-        """`hasher` (one thread) sums appends' own SHA-1s beside the loop; without
-        it, the loop sums them too."""
+        """`hasher` (one thread) sums appends' SHA-1s (their own and the spool's)
+        beside the loop; without it, the loop sums them."""
         self.spec = spec
         self._hasher = hasher
         self._dir = spool_dir

@@ -190,8 +190,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         replica = self.replicas.get(journal)
         if replica is None and journal in self.unready:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"journal {journal} is not "
-                                f"served yet: {self.unready[journal]}")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, self.unready[journal])
         return replica
 
     async def Append(  # type: ignore[override]  # AppendContent: see add_journal_service
