@@ -14,22 +14,36 @@ from gazette.allocator.allocator import (
     Plan,
     State,
     always_consistent,
+    assignments_of,
     plan,
     read_state,
+)
+from gazette.allocator.route import (
+    EMPTY_ROUTE,
+    Route,
+    route_consistent,
+    route_from_pb,
+    route_of,
 )
 from gazette.allocator.solver import Member, Solution, solve
 
 __all__ = [
+    "EMPTY_ROUTE",
     "Allocator",
     "Assignment",
     "IsConsistent",
     "Member",
     "MemberState",
     "Plan",
+    "Route",
     "Solution",
     "State",
     "always_consistent",
+    "assignments_of",
     "plan",
     "read_state",
+    "route_consistent",
+    "route_from_pb",
+    "route_of",
     "solve",
 ]

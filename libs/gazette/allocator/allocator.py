@@ -124,6 +124,18 @@ def read_state(keyspace: KeySpace[Any], layout: Layout,
     return State(keyspace.revision, items, members, dict(assignments))
 
 
+def assignments_of(keyspace: KeySpace[Any], layout: Layout, item: str) -> list[Assignment]:
+    """The assignments of one `item`, by slot then member."""
+    prefix = layout.item_assignments(item)
+    out = []
+    for entry in keyspace.prefixed(prefix):
+        zone, suffix, slot = entry.kv.key[len(prefix):].split("#")
+        out.append(Assignment(item, ProcessId(zone, suffix), int(slot), entry.kv.value,
+                              entry.kv.key, entry.kv.mod_revision))
+    out.sort(key=lambda a: (a.slot, a.member))
+    return out
+
+
 @dataclass
 class Plan:
     """The operations that move etcd towards a solution, in what may go now."""
@@ -143,12 +155,24 @@ def plan(state: State, layout: Layout, solution: Solution,
     puts: list[tuple[str, int]] = []
     deletes: list[Assignment] = []
     waiting = 0
+
+    def move(moved: list[tuple[Assignment, int]]) -> None:
+        for a, slot in moved:  # a new key at the new slot, the old one deleted
+            deletes.append(a)
+            puts.append((layout.assignment_key(a.item, a.member.zone, a.member.suffix,
+                                               slot), state.members[a.member].lease))
+
     for item in sorted(set(state.assignments) | set(solution.assignments)):
         current = state.assignments.get(item, [])
         desired = solution.assignments.get(item, ())
         held = {a.member for a in current}
         adds = [(slot, m) for slot, m in enumerate(desired) if m not in held]
+        has_primary = any(a.slot == 0 and a.member in state.members for a in current)
         for slot, m in adds:
+            if slot == 0 and has_primary:
+                # Never two primaries: the newcomer waits at a spare slot, and is
+                # promoted when the current primary may leave.
+                slot = len(desired) + max((a.slot for a in current), default=0)
             puts.append((layout.assignment_key(item, m.zone, m.suffix, slot),
                          state.members[m].lease))
         item_gone = item not in state.items
@@ -162,13 +186,15 @@ def plan(state: State, layout: Layout, solution: Solution,
         ready = item_gone or (not adds and all(
             is_consistent(item, a, current) for a in current if a.member in state.members))
         if not ready:
+            # An item without a primary (it died) gets one at once: a slot change
+            # removes no replica, and without a primary nothing makes it consistent.
+            if not has_primary:
+                move(moved)
+                moved = []
             waiting += len(stale) + len(moved)
             continue
         deletes.extend(stale)
-        for a, slot in moved:  # a new key at the new slot, the old one deleted
-            deletes.append(a)
-            puts.append((layout.assignment_key(item, a.member.zone, a.member.suffix, slot),
-                         state.members[a.member].lease))
+        move(moved)
     return Plan(puts, deletes, waiting)
 
 

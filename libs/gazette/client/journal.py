@@ -39,7 +39,13 @@ from gazette import names
 from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
 from gazette.client.fetch import fetch_fragment
 from gazette.client.metrics import APPEND_BYTES, APPENDS, READ_BYTES
-from gazette.client.retry import RETRYABLE, Backoff, RetryPolicy, rpc_error
+from gazette.client.retry import (
+    RETRYABLE,
+    RETRYABLE_STATUSES,
+    Backoff,
+    RetryPolicy,
+    rpc_error,
+)
 from gazette.client.wire import (
     CHANNEL_OPTIONS,
     Content,
@@ -334,6 +340,9 @@ class JournalClient:
                         raise AppendUncertain(journal, f"its commit was sent but resolving "
                                               f"it failed: {exc}", expect) from exc
                     raise
+                continue
+            if pb.Status.Name(resp.status) in RETRYABLE_STATUSES:
+                await backoff.wait_status(pb.Status.Name(resp.status))
                 continue
             if resp.status == pb.WRONG_APPEND_OFFSET and uncertain:
                 try:

@@ -73,6 +73,14 @@ def rpc_error(err: grpc.aio.AioRpcError, journal: str = "") -> Exception:
     return BrokerError(err.code().name, journal, details)
 
 
+#: Broker statuses of an append or read that a moment later may succeed: the journal's
+#: route is changing (a broker died, joined or is draining). Nothing was written.
+RETRYABLE_STATUSES = frozenset({
+    "NO_JOURNAL_PRIMARY_BROKER", "NOT_JOURNAL_PRIMARY_BROKER", "NOT_JOURNAL_BROKER",
+    "INSUFFICIENT_JOURNAL_BROKERS", "WRONG_ROUTE", "REPLICATION_FAILED",
+})
+
+
 class Backoff:
     """One operation's retry budget: `wait` sleeps before the next try, or raises when
     the failure is not retryable or the budget is spent. `reset` after progress (a
@@ -91,6 +99,20 @@ class Backoff:
 
     def retryable(self, err: grpc.aio.AioRpcError) -> bool:
         return err.code() in RETRYABLE
+
+    async def wait_status(self, status: str) -> None:
+        """As `wait`, for a broker status of `RETRYABLE_STATUSES`; raises `BrokerError`
+        (nothing was written) once the budget is spent."""
+        delay = None if self._closed() else next(self._delays, None)
+        if delay is None:
+            raise BrokerError(status, self.journal, f"nothing was written; still so after "
+                              f"{self.attempts} attempts")
+        self.attempts += 1
+        RETRIES.labels(self.op).inc()
+        log.info("%s%s via %s: %s; retry %d in %.2fs", self.op,
+                 f" of {self.journal}" if self.journal else "", self.address, status,
+                 self.attempts - 1, delay)
+        await asyncio.sleep(delay)
 
     async def wait(self, err: grpc.aio.AioRpcError) -> None:
         if self._closed():

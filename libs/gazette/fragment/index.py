@@ -125,6 +125,27 @@ class FragmentIndex:
         self._sets[journal] = fresh
         self._wake(journal)
 
+    def covers(self, journal: str, begin: int, end: int) -> bool:
+        """Whether fragments of `journal` hold every offset of [begin, end)."""
+        offset = begin
+        while offset < end:
+            f = self.find(journal, offset)
+            if f is None or f.begin > offset:
+                return False
+            offset = f.end
+        return True
+
+    async def wait_changed(self, journal: str, timeout: float) -> None:
+        """Return when `journal`'s fragments change (or after `timeout`)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(journal, []).append((-1, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            fut.cancel()
+
     async def wait_for(self, journal: str, offset: int, timeout: float | None = None) -> None:
         """Return once content at or beyond `offset` of `journal` is in the index."""
         if self.end_offset(journal) > offset:

@@ -53,6 +53,17 @@ class Spool:
         return self._committed
 
     @property
+    def written(self) -> int:
+        """Offset one past the last byte written (the append in progress included)."""
+        return self._written
+
+    @property
+    def pending(self) -> Fragment:
+        """The fragment the spool becomes if the append in progress commits."""
+        return Fragment(self.journal, self.begin, self._written,
+                        self.pending_sum.digest(), self.codec)
+
+    @property
     def fragment(self) -> Fragment:
         """The fragment of the committed content so far."""
         return Fragment(self.journal, self.begin, self._committed, self._sha1.digest(),

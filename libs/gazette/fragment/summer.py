@@ -34,9 +34,11 @@ class ThreadedSha1:
     memory. Without an executor, everything is summed on the loop."""
 
     def __init__(self, executor: Executor | None, depth: int = 2,
-                 also: Sequence[Hash] = ()) -> None:
+                 also: Sequence[Hash] = (), own: bool = True) -> None:
+        """`own`: whether to keep a SHA-1 of the chunks themselves (a replica peer sums
+        only into its spool's)."""
         self._sha1 = hashlib.sha1()
-        self._hashes = (self._sha1, *also)
+        self._hashes = (self._sha1, *also) if own else tuple(also)
         self._executor, self._depth = executor, depth
         self._pending: deque[asyncio.Future[None]] = deque()
 

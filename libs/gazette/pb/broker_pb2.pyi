@@ -89,6 +89,11 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     """The journal's fragment store is unhealthy (e.g. unreachable or
     misconfigured), so fragments can't be persisted and appends are refused.
     """
+    REPLICATION_FAILED: _Status.ValueType  # 16
+    """The primary could not replicate the append to every peer of the journal's
+    Route (a peer is unreachable or has not caught up with the Route). Nothing
+    was appended; retry once the Route is repaired.
+    """
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper):
     """Status is the outcome of a broker RPC. Every response carries one. Anything
@@ -151,6 +156,11 @@ SUSPENDED: Status.ValueType  # 14
 FRAGMENT_STORE_UNHEALTHY: Status.ValueType  # 15
 """The journal's fragment store is unhealthy (e.g. unreachable or
 misconfigured), so fragments can't be persisted and appends are refused.
+"""
+REPLICATION_FAILED: Status.ValueType  # 16
+"""The primary could not replicate the append to every peer of the journal's
+Route (a peer is unreachable or has not caught up with the Route). Nothing
+was appended; retry once the Route is repaired.
 """
 Global___Status: _TypeAlias = Status  # noqa: Y015
 

@@ -101,8 +101,11 @@ class ReadContent:
         self.meta, self.content = meta, content
 
 
-def encode_read_response(msg: ReadContent | pb.ReadResponse) -> bytes:
-    """The response serializer of Read: content joined after the rest (one copy)."""
+def encode_read_response(msg: ReadContent | pb.ReadResponse | bytes) -> bytes:
+    """The response serializer of Read: content joined after the rest (one copy); a
+    response already serialized (forwarded from another broker) as it is."""
+    if isinstance(msg, bytes):
+        return msg
     if isinstance(msg, pb.ReadResponse):
         return msg.SerializeToString()
     if not msg.content:
@@ -139,3 +142,38 @@ def decode_append_request(raw: bytes) -> AppendContent:
     rest = _without(raw, tag_at, end)
     return AppendContent(pb.AppendRequest.FromString(rest) if rest else _NO_META,
                          memoryview(raw)[begin:end])
+
+
+#: Field numbers of ReplicateRequest's content and content_delta.
+REPLICATE_CONTENT_FIELD = 5
+_REPLICATE_DELTA_TAG = varint(6 << 3)
+
+
+def encode_replicate_content(content: Buffer, delta: int) -> bytes:
+    """A ReplicateRequest carrying `content` at `content_delta`, serialized once (one
+    copy) for every peer it is sent to."""
+    return b"".join([_REPLICATE_DELTA_TAG, varint(delta),
+                     *content_field(REPLICATE_CONTENT_FIELD, [content], len(content))])
+
+
+def encode_replicate_request(msg: bytes | pb.ReplicateRequest) -> bytes:
+    """The request serializer of Replicate: pre-serialized content passes as it is."""
+    return msg if isinstance(msg, bytes) else msg.SerializeToString()
+
+
+class ReplicateContent:
+    """A ReplicateRequest as its `meta` (every field but content) and its `content`, a
+    view of the message received."""
+
+    __slots__ = ("content", "meta")
+
+    def __init__(self, meta: pb.ReplicateRequest, content: memoryview) -> None:
+        self.meta, self.content = meta, content
+
+
+def decode_replicate_request(raw: bytes) -> ReplicateContent:
+    """The request deserializer of Replicate: content is a view into `raw`."""
+    tag_at, begin, end = field_span(raw, REPLICATE_CONTENT_FIELD)
+    rest = _without(raw, tag_at, end)
+    return ReplicateContent(pb.ReplicateRequest.FromString(rest),
+                            memoryview(raw)[begin:end])

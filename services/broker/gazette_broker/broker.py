@@ -9,8 +9,11 @@ again every few seconds; the broker goes on following the keyspace meanwhile. Ev
 task it starts (the persister, each replica's roll/refresh loop) is owned and cancelled
 on `close()`.
 
-(Single-broker for now: every journal is served here. The allocator issue assigns
-journals to brokers; then only assigned journals get a replica.)
+In a cluster (`me` given), only journals assigned to this broker get a replica, and
+each follows its journal's route (`Replica.update_route`) as assignments change; the
+primary announces a route it has synced by writing it into every assignment of the
+journal (`announce`), which is what the allocator's consistency check reads. Without
+`me`, every journal is served here alone (an embedded single broker).
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gazette.allocator import Route, assignments_of, route_of
 from gazette.errors import ValidationError
 from gazette.fragment import Fragment, FragmentIndex, Persister
 from gazette.fragment.store import FragmentStore, StoreError, store_for
-from gazette.keyspace import Event, KeySpace, Layout
-from gazette.protocol import JournalSpec
-from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE, Replica
+from gazette.keyspace import Etcd, Event, KeySpace, Layout, Txn, TxnConflict
+from gazette.protocol import JournalSpec, ProcessId
+from gazette_broker.pipeline import Channels
+from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE, Peering, Replica
+from gazette_broker.resolver import Resolver
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +49,17 @@ class Broker:
 
     def __init__(self, keyspace: KeySpace[Any], layout: Layout, spool_root: Path,
                  file_root: Path | None = None,
-                 max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> None:
+                 max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
+                 me: ProcessId | None = None, etcd: Etcd | None = None,
+                 live: Callable[[], bool] = lambda: True) -> None:
+        """`me` and `etcd`: this broker's member id in a cluster (None: a lone broker);
+        `live`: whether its member lease is surely held (a primary appends only then)."""
         self.keyspace, self.layout = keyspace, layout
+        self.me, self.etcd = me, etcd
+        self.channels = Channels()
+        self.resolver = Resolver(keyspace, layout, me) if me is not None else None
+        self._peering = Peering(me, self.channels, self.resolver.header, self.announce,
+                                live) if me is not None and self.resolver is not None else None
         self.spool_root, self.file_root = spool_root, file_root
         self.max_append_size = max_append_size
         self.index = FragmentIndex()
@@ -82,7 +97,8 @@ class Broker:
         self._tasks["sync"] = asyncio.create_task(self._follow(), name="broker-sync")
 
     def _on_change(self, revision: int, events: list[Event]) -> None:
-        if any(ev.kv.key.startswith(self.layout.items) for ev in events):
+        if self.me is not None or any(ev.kv.key.startswith(self.layout.items)
+                                      for ev in events):
             self._changed.set()
 
     async def _follow(self) -> None:
@@ -102,7 +118,8 @@ class Broker:
             try:
                 replica = await Replica.open(
                     spec, self.spool_root / name.replace("/", "%2F"), self.index,
-                    self.persister, self.store_for, self.max_append_size, self.hasher)
+                    self.persister, self.store_for, self.max_append_size, self.hasher,
+                    self._peering)
             except (StoreError, ValidationError, OSError) as err:
                 reason = (f"journal {name} is not served yet: its fragment stores cannot "
                           f"be listed: {err}")
@@ -111,6 +128,8 @@ class Broker:
                 self.unready[name] = reason
                 return
         self.unready.pop(name, None)
+        if self.resolver is not None:
+            replica.update_route(self.resolver.resolve(name))
         self.replicas[name] = replica
         self._tasks[f"replica:{name}"] = asyncio.create_task(replica.run(),
                                                              name=f"replica:{name}")
@@ -122,24 +141,62 @@ class Broker:
         async with self._sync_lock:
             specs = {e.value.name: e.value for e in self.keyspace.prefixed(self.layout.items)
                      if isinstance(e.value, JournalSpec)}
+            if self.resolver is not None:
+                assigned = self.resolver.assigned()
+                specs = {name: spec for name, spec in specs.items() if name in assigned}
             gate = asyncio.Semaphore(OPEN_CONCURRENCY)
             async with asyncio.TaskGroup() as tg:
                 for name, spec in specs.items():
                     replica = self.replicas.get(name)
                     if replica is None:
                         tg.create_task(self._open(spec, gate))
-                    elif replica.spec != spec:
+                        continue
+                    if replica.spec != spec:
                         replica.update_spec(spec)
+                    if self.resolver is not None:
+                        replica.update_route(self.resolver.resolve(name))
             for name in [n for n in self.unready if n not in specs]:
                 del self.unready[name]
             for name in [n for n in self.replicas if n not in specs]:
                 replica = self.replicas[name]
+                if self.resolver is not None:  # ends a primary's session with it
+                    replica.update_route(self.resolver.resolve(name))
                 await self._stop(f"replica:{name}")
                 await replica.roll()  # hand the open spool to the persister
                 del self.replicas[name]
-                log.info("stopped serving %s (spec deleted)", name)
+                log.info("stopped serving %s (%s)", name,
+                         "unassigned" if name in self.keyspace_specs() else "spec deleted")
             self._synced.set()
             self._synced = asyncio.Event()
+
+    def keyspace_specs(self) -> set[str]:
+        return {e.value.name for e in self.keyspace.prefixed(self.layout.items)
+                if isinstance(e.value, JournalSpec)}
+
+    async def announce(self, journal: str, route: Route) -> bool:
+        """Write `route` into every assignment of `journal` (the primary has synced
+        every replica under it), if the assignments still make that route. Returns
+        whether they now hold it."""
+        assert self.etcd is not None, "a broker in a cluster has etcd"
+        assigned = assignments_of(self.keyspace, self.layout, journal)
+        if route_of(assigned) != route:
+            return False
+        value = route.encode()
+        txn = Txn()
+        for a in assigned:
+            if a.value != value:
+                entry = self.keyspace.get(a.key)
+                lease = entry.kv.lease if entry is not None else 0
+                txn.expect(a.key, a.mod_revision).put(a.key, value, lease=lease)
+        if not len(txn):
+            return True
+        try:
+            result = await txn.commit(self.etcd)
+        except TxnConflict:
+            return False  # the assignments moved on: a new route comes
+        await self.keyspace.wait_for_revision(result.revision)
+        log.info("%s: route %s announced", journal, route)
+        return True
 
     async def wait_serving(self, journals: set[str]) -> None:
         """Return once every one of `journals` has a replica here."""
@@ -170,4 +227,5 @@ class Broker:
         await self._stop("persister")
         for store in self._stores.values():
             await store.close()
+        await self.channels.close()
         self.hasher.shutdown(wait=False)  # its work is awaited by the appends

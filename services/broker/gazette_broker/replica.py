@@ -9,28 +9,53 @@ atomically: the consumer's recovery log fences out stale writers with them.
 
 The spool rolls to a new fragment before an append once it reached the spec's length or
 flush interval; closed spools go to the persister for the spec's first store.
+
+In a cluster (`Peering`), the replica follows its journal's route: as primary it appends
+through a replication `Pipeline` to its peers (an append commits only once every peer
+has it), and announces each route its pipeline was synced under (so the allocator may
+then shrink the route); as a peer it serves the primary's Replicate stream into its own
+spool (`replicate`). When a pipeline sync rolls a replica past content only its peers
+hold (not yet persisted), reads of that gap wait for the peers to persist it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 from prometheus_client import Counter
 
+from gazette.allocator import Route
 from gazette.errors import GazetteError
 from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
+from gazette.fragment.fragment import fragment_from_pb, fragment_to_pb
 from gazette.fragment.store import FragmentStore, StoreError
 from gazette.fragment.summer import ThreadedSha1
 from gazette.labels import LabelSet, Selector
-from gazette.protocol import JournalSpec
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import (
+    CompressionCodec,
+    JournalSpec,
+    ProcessId,
+    labels_from_pb,
+    labels_to_pb,
+)
+from gazette.protocol.content import ReplicateContent
+from gazette_broker.pipeline import (
+    Channels,
+    Pipeline,
+    ReplicationFailed,
+    ReplicationUncertain,
+)
+from gazette_broker.resolver import Resolution
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +66,13 @@ ROLLS = Counter("gazette_broker_fragments_rolled_total", "Spools closed into fra
 
 #: Largest append accepted unless the broker is configured otherwise.
 DEFAULT_MAX_APPEND_SIZE = 256 << 20
+#: A read waiting in a gap of content only peers held gives up waiting after this long
+#: (that content was never acknowledged, and its holder may be gone) and skips it.
+GAP_WAIT_SECONDS = 30.0
+#: While reads wait in a gap, the stores are listed again at most this often.
+GAP_REFRESH_SECONDS = 1.0
+#: A primary whose pipeline could not be synced tries again after this long.
+SYNC_RETRY_SECONDS = 0.5
 
 
 class StatusError(GazetteError):
@@ -53,6 +85,10 @@ class StatusError(GazetteError):
 
 class AppendError(StatusError):
     """An append was refused; nothing was written."""
+
+
+class AppendUncertain(GazetteError):
+    """Replication of an append's commit failed part-way: peers may hold it."""
 
 
 class ReadError(StatusError):
@@ -82,17 +118,51 @@ class AppendResult:
     registers: LabelSet
 
 
+@dataclass(frozen=True)
+class Peering:
+    """What a replica in a cluster needs: who this broker is, channels to its peers, the
+    response header of a resolution, and how to announce a synced route (write it into
+    the journal's assignments)."""
+
+    me: ProcessId
+    channels: Channels
+    header: Callable[[Resolution], pb.Header]
+    announce: Callable[[str, Route], Awaitable[bool]]
+    #: Whether this broker's member lease is surely held: a primary whose lease may
+    #: have expired takes no appends (another may be primary by now).
+    live: Callable[[], bool] = lambda: True
+
+
+@dataclass
+class _Gap:
+    """Offsets [begin, end) this replica rolled past, held by peers until persisted."""
+
+    begin: int
+    end: int
+    since: float = field(default_factory=time.monotonic)
+
+
 class Replica:
-    """The primary replica of one journal on this broker."""
+    """A replica of one journal on this broker: its primary (appends) or a peer
+    (replicated into). Without `peering`, a lone primary (no cluster)."""
 
     def __init__(self, spec: JournalSpec, spool_dir: Path, index: FragmentIndex,
                  persister: Persister | None = None,
                  store_for: Callable[[str], FragmentStore] | None = None,
                  max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
-                 hasher: Executor | None = None) -> None:
+                 hasher: Executor | None = None, peering: Peering | None = None) -> None:
         """`hasher` (one thread) sums appends' SHA-1s (their own and the spool's)
         beside the loop; without it, the loop sums them."""
         self.spec = spec
+        self._peering = peering
+        self.resolution: Resolution | None = None
+        self._pipeline: Pipeline | None = None
+        self._announced: Route | None = None
+        #: Set (and replaced) whenever the route changes: ends peer sessions of the old.
+        self._route_changed = asyncio.Event()
+        self._pulse = asyncio.Event()  # the primary should sync its pipeline now
+        self._gaps: list[_Gap] = []
+        self._last_gap_refresh = 0.0
         self._hasher = hasher
         self._dir = spool_dir
         spool_dir.mkdir(parents=True, exist_ok=True)
@@ -116,11 +186,12 @@ class Replica:
                    persister: Persister | None = None,
                    store_for: Callable[[str], FragmentStore] | None = None,
                    max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
-                   hasher: Executor | None = None) -> Replica:
+                   hasher: Executor | None = None, peering: Peering | None = None) -> Replica:
         """A replica whose write head continues after the journal's persisted content:
         the stores are listed first (a fresh broker serves old content after one
         listing)."""
-        replica = cls(spec, spool_dir, index, persister, store_for, max_append_size, hasher)
+        replica = cls(spec, spool_dir, index, persister, store_for, max_append_size, hasher,
+                      peering)
         await replica.refresh()
         head = index.end_offset(spec.name)
         if head > replica._spool.end:
@@ -179,39 +250,151 @@ class Replica:
         if not self.spec.flags.may_write:
             raise AppendError("NOT_ALLOWED", f"{self.spec.name} is read-only (O_RDONLY)")
         async with self._lock:
+            pipeline = await self._ready_pipeline()
+            members = len(self.resolution.route.members) if self.resolution else 1
+            if members < self.spec.replication and self._peering is not None:
+                raise AppendError("INSUFFICIENT_JOURNAL_BROKERS",
+                                  f"{self.spec.name} has {members} of its "
+                                  f"{self.spec.replication} brokers")
             if offset is not None and offset != self.write_head:
                 raise AppendError("WRONG_APPEND_OFFSET",
                                   f"expected offset {offset}, write head is {self.write_head}")
             if check_registers is not None and not check_registers.matches(self.registers):
                 raise AppendError("REGISTER_MISMATCH", f"registers {self.registers!r} do not "
                                   f"match {check_registers}")
-            self._maybe_roll()
+            await self._maybe_roll(pipeline)
             spool, begin, size = self._spool, self.write_head, 0
             # The append's own SHA-1 and the spool's, summed on the hasher's thread.
             sha1 = ThreadedSha1(self._hasher, also=[spool.pending_sum])
+            registers = self.registers
+            if union_registers:
+                registers = registers | union_registers
+            if subtract_registers:
+                registers = registers - subtract_registers
             try:
                 async for chunk in chunks:
-                    size += len(chunk)
-                    if size > self.max_append_size:
+                    if size + len(chunk) > self.max_append_size:
                         raise AppendError("NOT_ALLOWED", f"append is larger than the "
                                           f"{self.max_append_size}-byte limit")
                     spool.write(chunk, summed=True)
                     await sha1.update(chunk)
+                    if pipeline is not None:
+                        await pipeline.send(chunk, size)
+                    size += len(chunk)
                     await self._throttle(len(chunk))
                 digest = await sha1.digest()
-            except BaseException:
+                if pipeline is not None:
+                    assert self._peering is not None
+                    if not self._peering.live():
+                        raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+                                          f"{self._peering.me} may have lost its lease")
+                    await pipeline.propose(spool.pending, registers)
+            except BaseException as err:
                 # The spool's pending sum is dropped: chunks the thread may still be
                 # summing into it change nothing.
                 spool.rollback()
+                if pipeline is not None:
+                    pipeline.close()  # peers drop what is pending; the next append re-syncs
+                if isinstance(err, ReplicationFailed):
+                    raise AppendError(err.status, str(err)) from None
+                if isinstance(err, ReplicationUncertain):
+                    raise AppendUncertain(f"{self.spec.name}: {err}") from None
                 raise
             spool.commit()
             self._index.add_local(spool.fragment)
-            if union_registers:
-                self.registers = self.registers | union_registers
-            if subtract_registers:
-                self.registers = self.registers - subtract_registers
+            self.registers = registers
             return AppendResult(
                 Fragment(self.spec.name, begin, begin + size, digest), self.registers)
+
+    # -- the primary's side of replication --
+
+    @property
+    def is_primary(self) -> bool:
+        """Whether appends are taken here (a lone replica always takes them)."""
+        if self._peering is None:
+            return True
+        return self.resolution is not None and \
+            self.resolution.route.primary_id == self._peering.me
+
+    def update_route(self, res: Resolution) -> None:
+        """The journal's route (and its members' endpoints) as of a newer revision. A
+        changed route ends peer sessions of the old one; its primary syncs a pipeline
+        under the new one (and announces it) without waiting for an append."""
+        old, self.resolution = self.resolution, res
+        if old is not None and (old.route, old.endpoints) == (res.route, res.endpoints):
+            return
+        self._route_changed.set()
+        self._route_changed = asyncio.Event()
+        if self.is_primary:
+            self._pulse.set()
+
+    async def _ready_pipeline(self) -> Pipeline | None:
+        """The pipeline under the current route, synced (opened anew if the route
+        changed or it broke). Raises `AppendError` when appends cannot be taken here
+        now: not the primary, too few brokers, or a peer that cannot be synced."""
+        peering, res = self._peering, self.resolution
+        if peering is None:
+            return None
+        if res is None or res.route.primary_id != peering.me:
+            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+                              f"{peering.me} is not the primary of {self.spec.name}")
+        if not peering.live():
+            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+                              f"{peering.me} may have lost its lease: it takes no appends")
+        pipeline = self._pipeline
+        if pipeline is not None and not pipeline.broken and pipeline.route == res.route:
+            return pipeline
+        if pipeline is not None:
+            pipeline.close()
+        self._pipeline = None
+        peers = [(m, res.endpoints[i]) for i, m in enumerate(res.route.members)
+                 if m != peering.me]
+        try:
+            pipeline, replies = await Pipeline.open(
+                self.spec.name, res.route, peering.header(res), peers, peering.channels,
+                self._spool.fragment, self.registers)
+            mismatched = [r for r in replies if r.status != pb.OK]
+            if mismatched:
+                # Peers hold other fragments (a new peer, a failed primary's last
+                # proposals): everyone rolls to a new, empty fragment past the furthest
+                # of them. Content beyond our own was never acknowledged; it stays
+                # wherever it is, and is persisted from there.
+                top = max(mismatched, key=lambda r: r.fragment.end)
+                if top.fragment.end > self.write_head:
+                    self.registers = labels_from_pb(top.registers, "registers")
+                self._roll_to(max(top.fragment.end, self.write_head))
+                await pipeline.propose(self._spool.fragment, self.registers)
+        except ReplicationFailed as err:
+            raise AppendError(err.status, str(err)) from None
+        except ReplicationUncertain as err:  # a roll commits no content
+            raise AppendError("REPLICATION_FAILED", str(err)) from None
+        self._pipeline = pipeline
+        if self._announced != res.route:
+            self._pulse.set()
+        return pipeline
+
+    async def sync(self) -> bool:
+        """As primary: sync the pipeline under the current route, then announce the
+        route (so the allocator knows every replica has it). Returns whether done."""
+        if self._peering is None or not self.is_primary:
+            return True
+        async with self._lock:
+            try:
+                await self._ready_pipeline()
+            except AppendError as err:
+                log.info("syncing %s: %s", self.spec.name, err)
+                return False
+        return await self._announce()
+
+    async def _announce(self) -> bool:
+        res = self.resolution
+        assert self._peering is not None and res is not None
+        if self._announced == res.route:
+            return True
+        if await self._peering.announce(self.spec.name, res.route):
+            self._announced = res.route
+            return True
+        return False
 
     async def _throttle(self, n: int) -> None:
         """Hold the append to the spec's max_append_rate (bytes per second)."""
@@ -225,15 +408,41 @@ class Replica:
         if ahead < -1.0:  # idle for a while: don't bank unlimited credit
             self._rate_start, self._rate_bytes = time.monotonic(), 0
 
-    def _maybe_roll(self) -> None:
+    async def _maybe_roll(self, pipeline: Pipeline | None) -> None:
         if self._roll_requested or self._spool.should_roll(self.spec.fragment):
             self._roll()
+            if pipeline is not None:  # the peers roll with us
+                try:
+                    await pipeline.propose(self._spool.fragment, self.registers)
+                except ReplicationUncertain as err:
+                    raise AppendError("REPLICATION_FAILED", str(err)) from None
 
     async def roll(self) -> Fragment | None:
         """Close the spool (if it holds anything) and start a new one at the write head,
-        between appends; the closed fragment goes to the persister and is returned."""
+        between appends; the closed fragment goes to the persister and is returned. A
+        primary's peers roll with it (if its pipeline is up; else they roll when it is
+        synced next)."""
         async with self._lock:
-            return self._roll()
+            closed = self._roll()
+            pipeline = self._pipeline
+            if closed is not None and pipeline is not None and not pipeline.broken \
+                    and self.is_primary:
+                try:
+                    await pipeline.propose(self._spool.fragment, self.registers)
+                except ReplicationUncertain as err:
+                    log.info("rolling %s: %s", self.spec.name, err)
+            return closed
+
+    def _roll_to(self, begin: int, codec: CompressionCodec | None = None) -> None:
+        """Roll, and start the new spool at `begin` (>= the write head); offsets skipped
+        are a gap that only peers hold until it is persisted."""
+        self._roll()
+        codec = codec or self.spec.fragment.compression_codec
+        if (self._spool.begin, self._spool.codec) != (begin, codec):
+            if begin > self._spool.begin:
+                self._gaps.append(_Gap(self._spool.begin, begin))
+            self._spool.discard()
+            self._spool = Spool(self.spec.name, begin, self._dir, codec)
 
     def _roll(self) -> Fragment | None:
         self._roll_requested = False
@@ -268,6 +477,8 @@ class Replica:
         if offset >= spool.begin:
             return offset, spool.fragment, True
         found = self._index.find(self.spec.name, offset)
+        if (found is None or found.begin > offset) and self._in_gap(offset):
+            return offset, None, False  # peers hold it: wait until it is persisted
         if found is None or found.begin >= spool.begin:
             # A hole reaching up to the open spool: the read goes on from there (and
             # waits there, if the spool is still empty).
@@ -275,6 +486,32 @@ class Replica:
             return (offset, spool.fragment, True) if spool.end > offset else \
                 (offset, None, False)
         return max(offset, found.begin), found, False
+
+    def _in_gap(self, offset: int) -> bool:
+        """Whether `offset` is in a gap this replica rolled past that is neither persisted
+        yet nor given up on."""
+        for gap in list(self._gaps):
+            if self._index.covers(self.spec.name, gap.begin, gap.end) or \
+                    time.monotonic() - gap.since > GAP_WAIT_SECONDS:
+                self._gaps.remove(gap)
+            elif gap.begin <= offset < gap.end:
+                return True
+        return False
+
+    async def _wait_at(self, offset: int) -> None:
+        """Wait until `offset` may have become readable: an append reaching it, or, in a
+        gap, the stores listed again (at most every few seconds) and the index changed."""
+        if not self._in_gap(offset):
+            await self._index.wait_for(self.spec.name, offset)
+            return
+        now = time.monotonic()
+        if now - self._last_gap_refresh >= GAP_REFRESH_SECONDS:
+            self._last_gap_refresh = now
+            try:
+                await self.refresh()
+            except StoreError as err:
+                log.warning("listing %s for a read in a gap: %s", self.spec.name, err)
+        await self._index.wait_changed(self.spec.name, GAP_REFRESH_SECONDS)
 
     async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:
         """The offset a read at `offset` starts from and the fragment holding it (for
@@ -287,7 +524,7 @@ class Replica:
             if not block:
                 raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"offset {offset} is at or "
                                 f"beyond the write head {self.write_head}")
-            await self._index.wait_for(self.spec.name, offset)
+            await self._wait_at(offset)
 
     def persisted(self, fragment: Fragment) -> None:
         """The persister stored `fragment` (and removed its local file)."""
@@ -326,7 +563,7 @@ class Replica:
                     raise ReadError("OFFSET_NOT_YET_AVAILABLE",
                                     f"offset {offset} is at or beyond the write head "
                                     f"{self.write_head}")
-                await self._index.wait_for(self.spec.name, offset)
+                await self._wait_at(offset)
                 continue
             limit = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
             if in_spool:
@@ -361,14 +598,22 @@ class Replica:
             return await asyncio.to_thread(_pread, cached, offset - frag.begin, size)
 
     async def run(self) -> None:
-        """Roll the spool when its flush interval passes (even if no append comes) and
-        refresh from the stores every refresh interval; run as a task the broker owns
-        and cancels on shutdown. A failed refresh is logged and retried next interval."""
+        """Roll the spool when its flush interval passes (even if no append comes),
+        refresh from the stores every refresh interval, and, as a primary whose route
+        changed, sync and announce it; run as a task the broker owns and cancels on
+        shutdown. A failed refresh or sync is logged and tried again."""
         next_refresh = time.monotonic() + self.spec.fragment.refresh_interval.total_seconds()
         while True:
             interval = self.spec.fragment.flush_interval.total_seconds()
-            await asyncio.sleep(min(interval, 1.0) if interval else 1.0)
-            if interval and self._spool.should_roll(self.spec.fragment):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(interval, 1.0) if interval else 1.0):
+                    await self._pulse.wait()
+            if self._pulse.is_set():
+                self._pulse.clear()
+                if not await self.sync():
+                    await asyncio.sleep(SYNC_RETRY_SECONDS)
+                    self._pulse.set()
+            if interval and self.is_primary and self._spool.should_roll(self.spec.fragment):
                 await self.roll()
             if time.monotonic() >= next_refresh:
                 next_refresh += self.spec.fragment.refresh_interval.total_seconds()
@@ -377,6 +622,87 @@ class Replica:
                 except StoreError as exc:
                     log.warning("refreshing %s failed: %s", self.spec.name, exc)
 
+    # -- a peer's side of replication --
+
+    async def replicate(self, first: pb.ReplicateRequest,
+                        requests: AsyncIterator[ReplicateContent],
+                        reply: Callable[[pb.ReplicateResponse], Awaitable[None]]) -> None:
+        """Serve a primary's Replicate stream whose route the caller verified is ours:
+        answer its first proposal, then take content into the spool and commit (or
+        drop) it at each proposal, until the stream ends or our route changes (then
+        WRONG_ROUTE: the primary must sync under the new one)."""
+        route_changed = self._route_changed
+        async with self._lock:
+            await reply(self._on_proposal(first))
+            summer: ThreadedSha1 | None = None
+            changed = asyncio.ensure_future(route_changed.wait())
+            try:
+                while True:
+                    nxt = asyncio.ensure_future(anext(requests))
+                    await asyncio.wait({nxt, changed}, return_when=asyncio.FIRST_COMPLETED)
+                    if not nxt.done():
+                        nxt.cancel()
+                        self._spool.rollback()
+                        await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
+                        return
+                    try:
+                        msg = nxt.result()
+                    except StopAsyncIteration:
+                        self._spool.rollback()
+                        return
+                    if msg.content:
+                        spool = self._spool
+                        if msg.meta.content_delta != spool.written - spool.end:
+                            spool.rollback()
+                            await reply(self._mismatch())
+                            return
+                        if summer is None:
+                            summer = ThreadedSha1(self._hasher, also=[spool.pending_sum],
+                                                  own=False)
+                        spool.write(msg.content, summed=True)
+                        await summer.update(msg.content)
+                        continue
+                    if summer is not None:
+                        await summer.digest()
+                        summer = None
+                    answer = self._on_proposal(msg.meta)
+                    if msg.meta.acknowledge or answer.status != pb.OK:
+                        await reply(answer)
+                    if answer.status != pb.OK:
+                        return
+            except BaseException:
+                self._spool.rollback()
+                raise
+            finally:
+                changed.cancel()
+
+    def _on_proposal(self, request: pb.ReplicateRequest) -> pb.ReplicateResponse:
+        """Commit the pending content if the proposal is the spool extended by it; drop
+        it if the proposal is the spool as committed; roll to it if it is an empty
+        fragment at or past our end; otherwise PROPOSAL_MISMATCH with what we hold."""
+        proposal = fragment_from_pb(request.proposal, "proposal")
+        spool = self._spool
+        if spool.written != spool.end:
+            if _same(proposal, spool.pending):
+                spool.commit()
+                self._index.add_local(spool.fragment)
+                self.registers = labels_from_pb(request.registers, "registers")
+                return pb.ReplicateResponse(status=pb.OK)
+            spool.rollback()
+        if _same(proposal, spool.fragment):
+            self.registers = labels_from_pb(request.registers, "registers")
+            return pb.ReplicateResponse(status=pb.OK)
+        if proposal.begin == proposal.end and proposal.begin >= spool.end:
+            self._roll_to(proposal.begin, proposal.codec)
+            self.registers = labels_from_pb(request.registers, "registers")
+            return pb.ReplicateResponse(status=pb.OK)
+        return self._mismatch()
+
+    def _mismatch(self) -> pb.ReplicateResponse:
+        return pb.ReplicateResponse(status=pb.PROPOSAL_MISMATCH,
+                                    fragment=fragment_to_pb(self._spool.fragment),
+                                    registers=labels_to_pb(self.registers))
+
     def update_spec(self, spec: JournalSpec) -> None:
         """A new revision of the spec. A changed codec or store takes effect with the
         next fragment: the spool rolls before the next append."""
@@ -384,6 +710,10 @@ class Replica:
                 or spec.fragment.stores != self.spec.fragment.stores):
             self._roll_requested = True
         self.spec = spec
+
+
+def _same(a: Fragment, b: Fragment) -> bool:
+    return (a.begin, a.end, a.sha1) == (b.begin, b.end, b.sha1)
 
 
 def _pread(path: Path, offset: int, size: int) -> bytes:

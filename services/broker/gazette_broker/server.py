@@ -4,8 +4,11 @@ gateway (journals, ``/metrics``, ``/healthz``).
 
 `BrokerServer` is what ``gazette serve`` runs and what tests and the local cluster embed:
 ``await server.start()``, then ``await server.wait()`` (returns when the lease is lost),
-then ``await server.stop()``, which drains RPCs, rolls and persists every spool, and
-removes the member spec.
+then ``await server.stop()``, which first drains the broker (its member spec asks for no
+journals, and it waits until the allocator has moved them all to other brokers), then
+drains RPCs, rolls and persists every spool, and removes the member spec.
+
+Every broker runs the allocator (`gazette.allocator.Allocator`); the oldest one leads.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import secrets
 import shutil
 import socket
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from gazette.allocator import Allocator, route_consistent
 from gazette.keyspace import Etcd, KeySpace, Layout, Lease
 from gazette.keyspace.lease import LeaseLost
 from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
@@ -47,6 +51,14 @@ GRPC_SERVER_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+
+
+#: The default lease TTL: a dead broker's journals move after at most this long, while
+#: keepalives (every third of it) ride out a stall of several seconds without flapping.
+DEFAULT_LEASE_TTL = 10
+#: A primary stops taking appends this long before its lease would run out unrefreshed
+#: (by then etcd may let another broker take its journals).
+LEASE_MARGIN = 1.0
 
 
 def default_suffix() -> str:
@@ -76,14 +88,17 @@ class BrokerConfig:
     spool_dir: Path | None = None
     etcd_address: str = "http://localhost:2379"
     etcd_prefix: str = "/gazette/cluster"
-    #: Seconds the member spec outlives this broker if it dies without cleaning up.
-    lease_ttl: int = 20
+    #: Seconds the member spec outlives this broker if it dies without cleaning up: a
+    #: dead primary's journals fail over after about this long.
+    lease_ttl: int = DEFAULT_LEASE_TTL
     journal_limit: int = 1024
     max_append_size: int = DEFAULT_MAX_APPEND_SIZE
     #: Seconds in-flight RPCs get to finish on shutdown before they are cancelled.
     grace: float = 5.0
     #: Seconds spools get to persist on shutdown.
     persist_timeout: float = 60.0
+    #: Seconds a stopping broker waits for its journals to move to other brokers.
+    drain_timeout: float = 60.0
 
 
 class BrokerServer:
@@ -97,9 +112,13 @@ class BrokerServer:
                                                 Decoder(self.layout))
         self._own_spool_dir = config.spool_dir is None
         self.spool_dir = config.spool_dir or Path(tempfile.mkdtemp(prefix="gazette-spools-"))
+        self.id = ProcessId(config.zone, config.suffix)
         self.broker = Broker(self.keyspace, self.layout, self.spool_dir,
                              file_root=config.file_root,
-                             max_append_size=config.max_append_size)
+                             max_append_size=config.max_append_size,
+                             me=self.id, etcd=self.etcd, live=self._live)
+        self.allocator = Allocator(self.etcd, self.keyspace, self.layout, self.id,
+                                   is_consistent=route_consistent)
         self.member: MemberSpec | None = None
         self.lease: Lease | None = None
         self.health = HealthServicer()
@@ -148,7 +167,9 @@ class BrokerServer:
         self.member = MemberSpec(ProcessId(cfg.zone, cfg.suffix), self.endpoint,
                                  cfg.journal_limit)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
-                                 member=self.member, unready=self.broker.unready)
+                                 member=self.member, unready=self.broker.unready,
+                                 resolver=self.broker.resolver, channels=self.broker.channels,
+                                 wait_serving=self.broker.wait_serving)
         add_journal_service(service, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         if cfg.http_port >= 0:
@@ -161,6 +182,7 @@ class BrokerServer:
                             encode_broker(self.member), lease=self.lease.id)
         self._tasks.append(asyncio.create_task(self.lease.keep_alive(), name="broker-lease"))
         await self.broker.start()
+        self._tasks.append(asyncio.create_task(self.allocator.run(), name="allocator"))
         await self.grpc_server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("gazette.broker.Journal", health_pb2.HealthCheckResponse.SERVING)
@@ -169,6 +191,38 @@ class BrokerServer:
 
     def _ready(self) -> bool:
         return self.lease is not None and not self.lease.lost.is_set()
+
+    def _live(self) -> bool:
+        """Whether this broker may still act as a member: its lease is surely held
+        (refreshed recently enough that etcd cannot have expired it)."""
+        return self._ready() and self.lease is not None and \
+            self.lease.remaining > LEASE_MARGIN
+
+    async def drain(self, timeout: float) -> bool:
+        """Ask for no journals (member spec limit 0, under the same lease) and wait until
+        none is assigned here any more. Returns whether that happened in `timeout`."""
+        if self.member is None or self.lease is None or self.lease.lost.is_set():
+            return False
+        cfg = self.config
+        draining = replace(self.member, item_limit=0)
+        await self.etcd.put(self.layout.member_key(cfg.zone, cfg.suffix),
+                            encode_broker(draining), lease=self.lease.id)
+        changed = asyncio.Event()
+        stop = self.keyspace.observe(lambda revision, events: changed.set())
+        try:
+            async with asyncio.timeout(timeout):
+                while self.broker.resolver is not None and self.broker.resolver.assigned():
+                    await changed.wait()
+                    changed.clear()
+        except TimeoutError:
+            log.warning("draining: journals still assigned here after %.0fs: %s", timeout,
+                        sorted(self.broker.resolver.assigned()) if self.broker.resolver
+                        else [])
+            return False
+        finally:
+            stop()
+        log.info("drained: no journal is assigned here any more")
+        return True
 
     async def wait(self) -> None:
         """Return when the broker can no longer serve: its lease is lost (it must not
@@ -185,6 +239,11 @@ class BrokerServer:
             return
         self._started = False
         cfg = self.config
+        if self.grpc_server is not None and self.lease is not None:
+            try:
+                await self.drain(cfg.drain_timeout)
+            except Exception as err:  # noqa: BLE001 - stopping goes on regardless
+                log.warning("draining failed: %s", err)
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
         stopping = []

@@ -4,11 +4,20 @@ Refusals the protocol names (unknown journal, wrong offset, register mismatch, n
 allowed, offset not yet available) are answered with their `Status` in the response;
 malformed requests fail with INVALID_ARGUMENT and a message naming the field; a corrupt
 stored fragment fails the read with DATA_LOSS. The broker keeps serving in every case.
+
+In a cluster (a `Broker` with a resolver), any broker takes any request: an append goes
+to the journal's primary and a read to one of its replicas (this broker's own, else one
+in its zone), forwarded by this broker unless the request says `do_not_proxy` (then the
+status names the problem and the header carries the route to retry at). A request's
+header pins an etcd revision: the broker first catches up with it. Peers' Replicate
+streams are verified against this broker's route of the journal (WRONG_ROUTE if not).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, cast
@@ -16,6 +25,7 @@ from typing import Any, cast
 import grpc
 
 from gazette import names
+from gazette.allocator import route_from_pb
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.fragment.fragment import fragment_to_pb
@@ -35,14 +45,22 @@ from gazette.protocol import (
     selector_from_pb,
 )
 from gazette.protocol.content import (
+    APPEND_CONTENT_FIELD,
     AppendContent,
     ReadContent,
+    ReplicateContent,
+    content_field,
     decode_append_request,
+    decode_replicate_request,
     encode_read_response,
 )
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
-from gazette_broker.replica import AppendError, ReadError, Replica
+from gazette_broker.pipeline import Channels
+from gazette_broker.replica import AppendError, AppendUncertain, ReadError, Replica
+from gazette_broker.resolver import Resolution, Resolver
+
+log = logging.getLogger(__name__)
 
 
 class AppendAborted(Exception):
@@ -53,6 +71,13 @@ class AppendAborted(Exception):
 READ_SIGNATURE_TTL = timedelta(hours=1)
 #: Fragments per ListFragments page unless the request asks for fewer.
 DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT = 1000, 10_000
+#: How long a request for a journal assigned here waits for its replica to open.
+OPEN_WAIT_SECONDS = 5.0
+APPEND_METHOD = "/gazette.broker.Journal/Append"
+READ_METHOD = "/gazette.broker.Journal/Read"
+FRAGMENTS_METHOD = "/gazette.broker.Journal/ListFragments"
+#: How long a forwarded request's answer is awaited once its request is sent.
+PROXY_ANSWER_SECONDS = 60.0
 
 
 def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:
@@ -69,6 +94,8 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
                                            ) -> None:
             handlers["Read"] = handlers["Read"]._replace(
                 response_serializer=encode_read_response)
+            handlers["Replicate"] = handlers["Replicate"]._replace(
+                request_deserializer=decode_replicate_request)
             for method in ("Append", "AppendWhole"):
                 handlers[method] = handlers[method]._replace(
                     request_deserializer=decode_append_request)
@@ -82,18 +109,23 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
 
 class JournalService(broker_pb2_grpc.JournalServicer):
     """Serves `replicas`; with `etcd`, `keyspace` and `layout`, also Apply and List.
-    `member` names this broker in response headers and routes (a single broker serves
-    every journal until the allocator assigns them)."""
+    `member` names this broker in response headers. With `resolver` (a broker in a
+    cluster), requests are routed by the journal's assignments and forwarded over
+    `channels`; `wait_serving` waits until this broker has opened given journals."""
 
     def __init__(self, replicas: Mapping[str, Replica], etcd: Etcd | None = None,
                  keyspace: KeySpace[Any] | None = None, layout: Layout | None = None,
                  member: MemberSpec | None = None,
-                 unready: Mapping[str, str] | None = None) -> None:
+                 unready: Mapping[str, str] | None = None,
+                 resolver: Resolver | None = None, channels: Channels | None = None,
+                 wait_serving: Any = None) -> None:
         self.replicas = replicas
         #: Journals with a spec that cannot be served yet, and why (UNAVAILABLE).
         self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.etcd, self.keyspace, self.layout = etcd, keyspace, layout
         self.member = member
+        self.resolver, self.channels = resolver, channels
+        self._wait_serving = wait_serving
         self._route = pb.Route(primary=-1)
         self._process_id = pb.ProcessSpec.ID()
         if member is not None:
@@ -101,7 +133,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             self._route = pb.Route(members=[self._process_id], primary=0,
                                    endpoints=[member.endpoint])
 
-    def _header(self, revision: int | None = None) -> pb.Header:
+    def _header(self, revision: int | None = None, res: Resolution | None = None
+                ) -> pb.Header:
+        if self.resolver is not None:
+            return self.resolver.header(res)
         if revision is None:
             revision = self.keyspace.revision if self.keyspace is not None else 0
         return pb.Header(process_id=self._process_id, route=self._route,
@@ -141,10 +176,15 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             spec = entry.value
             if isinstance(spec, JournalSpec) and selector.matches(
                     journal_labels(spec.name, spec.labels)):
+                route: pb.Route | None = None
+                if self.resolver is not None:
+                    res = self.resolver.resolve(spec.name)
+                    route = res.route.to_pb(res.endpoints)
+                else:
+                    route = self._route if spec.name in self.replicas else None
                 journals.append(pb.ListResponse.Journal(
                     spec=journal_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
-                    create_revision=entry.kv.create_revision,
-                    route=self._route if spec.name in self.replicas else None))
+                    create_revision=entry.kv.create_revision, route=route))
         return pb.ListResponse(status=pb.OK, header=self._header(self.keyspace.revision),
                                journals=journals)
 
@@ -184,6 +224,8 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             stop()
 
     async def _replica(self, journal: str, context: Any) -> Replica | None:
+        """The replica of `journal` here (None: no such journal); aborts on a bad name
+        or a journal that cannot be served yet."""
         try:
             names.validate_journal_name(journal, "journal")
         except ValidationError as err:
@@ -192,6 +234,33 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         if replica is None and journal in self.unready:
             await context.abort(grpc.StatusCode.UNAVAILABLE, self.unready[journal])
         return replica
+
+    async def _resolve(self, journal: str, header: pb.Header | None, context: Any
+                       ) -> tuple[Resolution | None, Replica | None]:
+        """(Where `journal` is served, its replica here): the resolution is None for a
+        lone broker (no cluster). A journal assigned here whose replica is still being
+        opened is waited for (briefly)."""
+        replica = await self._replica(journal, context)
+        if self.resolver is None:
+            return None, replica
+        res = await self.resolver.resolve_at(journal, header)
+        if replica is None and self.resolver.me in res.route.members and \
+                self._wait_serving is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OPEN_WAIT_SECONDS):
+                    await self._wait_serving({journal})
+            replica = await self._replica(journal, context)
+        return res, replica
+
+    def _reader_endpoint(self, res: Resolution) -> str:
+        """A replica to forward a read to: one in this broker's zone if any."""
+        assert self.resolver is not None
+        zone = self.resolver.me.zone
+        members = res.route.members
+        for i, m in enumerate(members):
+            if m.zone == zone and res.endpoints[i]:
+                return res.endpoints[i]
+        return next((e for e in res.endpoints if e), "")
 
     async def Append(  # type: ignore[override]  # AppendContent: see add_journal_service
             self, request_iterator: AsyncIterator[AppendContent], context: Any,
@@ -224,10 +293,20 @@ class JournalService(broker_pb2_grpc.JournalServicer):
     async def _append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes | memoryview],
                       context: Any) -> pb.AppendResponse:
         """The append of `content` under the metadata of `meta` (journal, expected
-        offset, registers)."""
-        replica = await self._replica(meta.journal, context)
+        offset, registers): here if this broker is the primary, else forwarded to it."""
+        res, replica = await self._resolve(
+            meta.journal, meta.header if meta.HasField("header") else None, context)
+        header = self._header(res=res) if res is not None else None
+        if res is not None and (replica is None or not replica.is_primary):
+            if res.spec is None:
+                return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND, header=header)
+            if meta.do_not_proxy:
+                return pb.AppendResponse(status=pb.NOT_JOURNAL_PRIMARY_BROKER, header=header)
+            if not res.primary_endpoint or res.route.primary_id == self.resolver.me:  # type: ignore[union-attr]
+                return pb.AppendResponse(status=pb.NO_JOURNAL_PRIMARY_BROKER, header=header)
+            return await self._forward_append(res, meta, content, context)
         if replica is None:
-            return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND)
+            return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND, header=header)
         try:
             check = (selector_from_pb(meta.check_registers, "check_registers")
                      if meta.HasField("check_registers") else None)
@@ -240,18 +319,76 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 content, offset=meta.offset or None, check_registers=check,
                 union_registers=union or None, subtract_registers=subtract or None)
         except AppendError as err:
-            return pb.AppendResponse(status=pb.Status.Value(err.status))
+            return pb.AppendResponse(status=pb.Status.Value(err.status), header=header)
+        except AppendUncertain as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"{err}: the append may or may not have committed")
         except AppendAborted as err:
             await context.abort(grpc.StatusCode.CANCELLED, f"{err}: nothing was appended")
-        return pb.AppendResponse(status=pb.OK, commit=fragment_to_pb(result.commit),
+        return pb.AppendResponse(status=pb.OK, header=header,
+                                 commit=fragment_to_pb(result.commit),
                                  registers=labels_to_pb(result.registers))
+
+    async def _forward_append(self, res: Resolution, meta: pb.AppendRequest,
+                              content: AsyncIterator[bytes | memoryview], context: Any
+                              ) -> pb.AppendResponse:
+        """Forward the append to the journal's primary as a stream (so a failure before
+        the commit message is known to have written nothing: NO_JOURNAL_PRIMARY_BROKER,
+        retried by clients; after it, the outcome is unknown: UNAVAILABLE)."""
+        assert self.channels is not None
+        call = self.channels.get(res.primary_endpoint).stream_unary(
+            APPEND_METHOD, request_serializer=_as_is,
+            response_deserializer=pb.AppendResponse.FromString)()  # type: ignore[call-arg]
+        first = pb.AppendRequest()
+        first.CopyFrom(meta)
+        first.do_not_proxy = True
+        first.header.CopyFrom(self._header(res=res))
+        committing = False
+        try:
+            try:
+                await call.write(first.SerializeToString())
+                async for chunk in content:
+                    await call.write(b"".join(
+                        content_field(APPEND_CONTENT_FIELD, [chunk], len(chunk))))
+                committing = True
+                await call.write(b"")  # the commit
+                await call.done_writing()
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                pass  # the primary may have answered early: its answer is the outcome
+            async with asyncio.timeout(PROXY_ANSWER_SECONDS):
+                return await call  # type: ignore[no-any-return]
+        except (grpc.aio.AioRpcError, TimeoutError) as err:
+            why = f"{err.code().name}: {err.details()}" if isinstance(
+                err, grpc.aio.AioRpcError) else "no answer in time"
+            if not committing:
+                log.info("forwarding an append of %s to %s failed (%s); nothing was "
+                         "appended", meta.journal, res.primary_endpoint, why)
+                return pb.AppendResponse(status=pb.NO_JOURNAL_PRIMARY_BROKER,
+                                         header=self._header(res=res))
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"forwarding the append of {meta.journal} to its primary "
+                                f"at {res.primary_endpoint} failed after its commit ({why}): "
+                                "the append may or may not have committed")
+        except BaseException:
+            call.cancel()
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def Read(  # type: ignore[override]  # ReadContent: see add_journal_service
             self, request: pb.ReadRequest, context: Any,
-    ) -> AsyncIterator[pb.ReadResponse | ReadContent]:
-        replica = await self._replica(request.journal, context)
+    ) -> AsyncIterator[pb.ReadResponse | ReadContent | bytes]:
+        res, replica = await self._resolve(
+            request.journal, request.header if request.HasField("header") else None, context)
         if replica is None:
-            yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header())
+            if res is None or res.spec is None:
+                yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header(res=res))
+                return
+            endpoint = self._reader_endpoint(res)
+            if request.do_not_proxy or not endpoint:
+                yield pb.ReadResponse(status=pb.NOT_JOURNAL_BROKER, header=self._header(res=res))
+                return
+            async for raw in self._forward_read(res, endpoint, request, context):
+                yield raw
             return
         try:
             if request.metadata_only:
@@ -276,6 +413,27 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         except StoreError as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
 
+    async def _forward_read(self, res: Resolution, endpoint: str, request: pb.ReadRequest,
+                            context: Any) -> AsyncIterator[bytes]:
+        """The read, served by the replica at `endpoint`, passed through as received."""
+        assert self.channels is not None
+        forwarded = pb.ReadRequest()
+        forwarded.CopyFrom(request)
+        forwarded.do_not_proxy = True
+        forwarded.header.CopyFrom(self._header(res=res))
+        call = self.channels.get(endpoint).unary_stream(
+            READ_METHOD, request_serializer=pb.ReadRequest.SerializeToString,
+            response_deserializer=_as_is)(forwarded)
+        try:
+            async for raw in call:
+                yield raw
+        except grpc.aio.AioRpcError as err:
+            await context.abort(err.code() if err.code() != grpc.StatusCode.CANCELLED
+                                else grpc.StatusCode.UNAVAILABLE,
+                                f"reading {request.journal} via {endpoint}: {err.details()}")
+        finally:
+            call.cancel()
+
     async def _read_metadata(self, replica: Replica, request: pb.ReadRequest
                              ) -> pb.ReadResponse:
         """The one response of a metadata-only read: where the read starts, the fragment
@@ -287,19 +445,63 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                write_head=replica.write_head,
                                fragment=fragment_to_pb(frag), fragment_url=url)
 
-    async def Replicate(self, request_iterator: Any, context: Any
-                        ) -> AsyncIterator[pb.ReplicateResponse]:
-        """Replication between brokers arrives with the broker cluster (allocator,
-        peers); a single broker has no peers."""
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            "replication is not served by this broker version")
-        yield pb.ReplicateResponse()  # pragma: no cover - makes this a stream handler
+    async def Replicate(self, request_iterator: AsyncIterator[ReplicateContent],  # type: ignore[override]
+                        context: Any) -> None:
+        """A primary's replication stream to this broker: its first message's header
+        must carry the route this broker has for the journal (after catching up with
+        its revision), else WRONG_ROUTE; then the replica serves it."""
+        if self.resolver is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                "this broker is not part of a cluster: it has no peers")
+        assert self.resolver is not None
+        requests = request_iterator.__aiter__()
+        try:
+            first = (await anext(requests)).meta
+        except StopAsyncIteration:
+            return
+        try:
+            names.validate_journal_name(first.journal, "journal")
+            theirs = route_from_pb(first.header.route)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        res, replica = await self._resolve(first.journal, first.header, context)
+        assert res is not None
+        if res.route != theirs:
+            log.info("replication of %s refused: its route %s is not ours %s (revision %d)",
+                     first.journal, theirs, res.route, res.revision)
+            await context.write(pb.ReplicateResponse(status=pb.WRONG_ROUTE,
+                                                     header=self._header(res=res)))
+            return
+        if replica is None:
+            await context.write(pb.ReplicateResponse(status=pb.NOT_JOURNAL_BROKER,
+                                                     header=self._header(res=res)))
+            return
+        await replica.replicate(first, requests, context.write)
 
     async def ListFragments(self, request: pb.FragmentsRequest, context: Any
                             ) -> pb.FragmentsResponse:
-        replica = await self._replica(request.journal, context)
+        res, replica = await self._resolve(
+            request.journal, request.header if request.HasField("header") else None, context)
         if replica is None:
-            return pb.FragmentsResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header())
+            if res is None or res.spec is None:
+                return pb.FragmentsResponse(status=pb.JOURNAL_NOT_FOUND,
+                                            header=self._header(res=res))
+            endpoint = self._reader_endpoint(res)
+            if request.do_not_proxy or not endpoint:
+                return pb.FragmentsResponse(status=pb.NOT_JOURNAL_BROKER,
+                                            header=self._header(res=res))
+            assert self.channels is not None
+            forwarded = pb.FragmentsRequest()
+            forwarded.CopyFrom(request)
+            forwarded.do_not_proxy = True
+            try:
+                return await self.channels.get(endpoint).unary_unary(  # type: ignore[no-any-return]
+                    FRAGMENTS_METHOD, request_serializer=pb.FragmentsRequest.SerializeToString,
+                    response_deserializer=pb.FragmentsResponse.FromString)(forwarded)
+            except grpc.aio.AioRpcError as err:
+                await context.abort(err.code(), f"listing fragments of {request.journal} "
+                                    f"via {endpoint}: {err.details()}")
+        assert replica is not None  # abort() raised otherwise
         problem = ""
         if request.next_page_token < 0:
             problem = "next_page_token: must not be negative"
@@ -339,6 +541,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             items.append(pb.FragmentsResponse.Item(spec=fragment_to_pb(frag), signed_url=url))
         return pb.FragmentsResponse(status=pb.OK, header=self._header(), fragments=items,
                                     next_page_token=next_token)
+
+
+def _as_is(raw: bytes) -> bytes:
+    return raw
 
 
 async def _one(content: bytes | memoryview) -> AsyncIterator[bytes | memoryview]:

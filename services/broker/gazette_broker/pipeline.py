@@ -1,0 +1,184 @@
+"""The primary's replication pipeline: one Replicate stream to each peer of a route.
+
+The primary opens it by proposing the fragment it holds; each peer answers OK (it holds
+the same) or PROPOSAL_MISMATCH with its own. Appends then stream their content to every
+peer and end with a proposal of the extended fragment, which each peer commits and
+acknowledges; the append commits on the primary only when every peer has. A failure
+before that proposal leaves nothing committed anywhere (`ReplicationFailed`); one after
+it leaves the outcome unknown (`ReplicationUncertain`): some peers may have committed.
+Either way the pipeline is broken, and the next append opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from gazette.allocator import Route
+from gazette.client.wire import CHANNEL_OPTIONS, parse_address
+from gazette.fragment import Fragment
+from gazette.fragment.fragment import fragment_to_pb
+from gazette.labels import LabelSet
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import ProcessId, labels_to_pb
+from gazette.protocol.content import encode_replicate_content, encode_replicate_request
+
+REPLICATE_METHOD = "/gazette.broker.Journal/Replicate"
+#: How long a peer may take to answer a proposal.
+PROPOSAL_TIMEOUT = 10.0
+
+
+class ReplicationFailed(Exception):
+    """Replication failed before a commit was proposed: nothing was committed."""
+
+    def __init__(self, status: str, message: str) -> None:
+        self.status = status
+        super().__init__(f"{status}: {message}")
+
+
+class ReplicationUncertain(Exception):
+    """A commit was proposed but not acknowledged by every peer: some may hold it."""
+
+
+class Channels:
+    """gRPC channels to other brokers, one per endpoint, closed together."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, endpoint: str) -> grpc.aio.Channel:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
+                parse_address(endpoint), options=CHANNEL_OPTIONS)
+        return channel
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        await asyncio.gather(*(c.close(grace=None) for c in channels),
+                             return_exceptions=True)
+
+
+@dataclass
+class _Peer:
+    id: ProcessId
+    endpoint: str
+    call: Any  # grpc.aio.StreamStreamCall
+
+
+class Pipeline:
+    """Open streams to the peers of `route` (no peers: replication 1)."""
+
+    def __init__(self, journal: str, route: Route, peers: list[_Peer]) -> None:
+        self.journal, self.route, self._peers = journal, route, peers
+        self.broken = False
+
+    @classmethod
+    async def open(cls, journal: str, route: Route, header: pb.Header,
+                   peers: Sequence[tuple[ProcessId, str]], channels: Channels,
+                   proposal: Fragment, registers: LabelSet
+                   ) -> tuple[Pipeline, list[pb.ReplicateResponse]]:
+        """Streams to `peers` (id, endpoint), each sent the first proposal; their
+        answers, peer by peer. `ReplicationFailed` if a peer cannot be reached."""
+        opened = []
+        for pid, endpoint in peers:
+            if not endpoint:
+                raise ReplicationFailed("REPLICATION_FAILED",
+                                        f"peer {pid} of {journal} has no endpoint")
+            method = channels.get(endpoint).stream_stream(
+                REPLICATE_METHOD, request_serializer=encode_replicate_request,
+                response_deserializer=pb.ReplicateResponse.FromString)
+            opened.append(_Peer(pid, endpoint, method()))  # type: ignore[call-arg]
+        pipeline = cls(journal, route, opened)
+        first = pb.ReplicateRequest(header=header, journal=journal,
+                                    proposal=fragment_to_pb(proposal),
+                                    registers=labels_to_pb(registers), acknowledge=True)
+        try:
+            replies = await pipeline._exchange(first)
+        except ReplicationUncertain as err:  # nothing was pending: nothing committed
+            pipeline.close()
+            raise ReplicationFailed("REPLICATION_FAILED", str(err)) from None
+        wrong = [(p, r) for p, r in zip(opened, replies, strict=True)
+                 if r.status == pb.WRONG_ROUTE]
+        if wrong:
+            pipeline.close()
+            raise ReplicationFailed("WRONG_ROUTE", f"peer {wrong[0][0].id} of {journal} "
+                                    f"does not agree on route {route} yet")
+        return pipeline, replies
+
+    async def send(self, chunk: bytes | memoryview, delta: int) -> None:
+        """Stream `chunk` (at `delta` bytes into the pending append) to every peer."""
+        if not self._peers:
+            return
+        raw = encode_replicate_content(chunk, delta)
+        try:
+            await asyncio.gather(*(p.call.write(raw) for p in self._peers))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as err:
+            self.close()
+            raise ReplicationFailed("REPLICATION_FAILED",
+                                    f"streaming to a peer of {self.journal}: {_why(err)}") \
+                from None
+
+    async def propose(self, fragment: Fragment, registers: LabelSet) -> None:
+        """Have every peer commit `fragment` (an extension of what it holds, or an
+        empty one at or past its end: a roll). `ReplicationUncertain` unless all did."""
+        if not self._peers:
+            return
+        request = pb.ReplicateRequest(proposal=fragment_to_pb(fragment),
+                                      registers=labels_to_pb(registers), acknowledge=True)
+        replies = await self._exchange(request)
+        for peer, reply in zip(self._peers, replies, strict=True):
+            if reply.status != pb.OK:
+                self.close()
+                raise ReplicationUncertain(
+                    f"peer {peer.id} answered {pb.Status.Name(reply.status)} to the "
+                    f"proposal of {fragment.journal} [{fragment.begin}, {fragment.end})")
+
+    async def rollback(self, fragment: Fragment, registers: LabelSet) -> None:
+        """Tell every peer to drop the pending append (propose what is committed)."""
+        if not self._peers or self.broken:
+            return
+        request = pb.ReplicateRequest(proposal=fragment_to_pb(fragment),
+                                      registers=labels_to_pb(registers))
+        try:
+            await asyncio.gather(*(p.call.write(request) for p in self._peers))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            self.close()
+
+    async def _exchange(self, request: pb.ReplicateRequest) -> list[pb.ReplicateResponse]:
+        async def one(peer: _Peer) -> pb.ReplicateResponse:
+            await peer.call.write(request)
+            reply = await peer.call.read()
+            if reply is grpc.aio.EOF:  # type: ignore[attr-defined]
+                code = await peer.call.code()
+                raise ReplicationUncertain(f"peer {peer.id} ended the stream ({code.name}: "
+                                           f"{await peer.call.details()})")
+            return reply  # type: ignore[no-any-return]
+
+        try:
+            async with asyncio.timeout(PROPOSAL_TIMEOUT):
+                return list(await asyncio.gather(*(one(p) for p in self._peers)))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError) as err:
+            self.close()
+            raise ReplicationUncertain(f"replicating {self.journal}: {_why(err)}") from None
+        except ReplicationUncertain:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Break the pipeline: peers drop whatever is pending."""
+        self.broken = True
+        for p in self._peers:
+            p.call.cancel()
+
+
+def _why(err: BaseException) -> str:
+    if isinstance(err, grpc.aio.AioRpcError):
+        return f"{err.code().name}: {err.details()}"
+    if isinstance(err, TimeoutError):
+        return f"no answer within {PROPOSAL_TIMEOUT:.0f}s"
+    return type(err).__name__
