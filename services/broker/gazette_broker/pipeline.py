@@ -125,18 +125,24 @@ class Pipeline:
 
     async def propose(self, fragment: Fragment, registers: LabelSet) -> None:
         """Have every peer commit `fragment` (an extension of what it holds, or an
-        empty one at or past its end: a roll). `ReplicationUncertain` unless all did."""
+        empty one at or past its end: a roll). `ReplicationFailed` if every peer
+        refused it, `ReplicationUncertain` if only some did, or if a peer could not
+        answer."""
         if not self._peers:
             return
         request = pb.ReplicateRequest(proposal=fragment_to_pb(fragment),
                                       registers=labels_to_pb(registers), acknowledge=True)
         replies = await self._exchange(request)
-        for peer, reply in zip(self._peers, replies, strict=True):
-            if reply.status != pb.OK:
-                self.close()
-                raise ReplicationUncertain(
-                    f"peer {peer.id} answered {pb.Status.Name(reply.status)} to the "
-                    f"proposal of {fragment.journal} [{fragment.begin}, {fragment.end})")
+        refused = [(peer, reply) for peer, reply in zip(self._peers, replies, strict=True)
+                   if reply.status != pb.OK]
+        if refused:
+            self.close()
+            peer, reply = refused[0]
+            why = (f"peer {peer.id} answered {pb.Status.Name(reply.status)} to the "
+                   f"proposal of {fragment.journal} [{fragment.begin}, {fragment.end})")
+            if len(refused) == len(self._peers):  # no peer committed it
+                raise ReplicationFailed("REPLICATION_FAILED", why)
+            raise ReplicationUncertain(why)
 
     async def rollback(self, fragment: Fragment, registers: LabelSet) -> None:
         """Tell every peer to drop the pending append (propose what is committed)."""

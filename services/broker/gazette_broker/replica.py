@@ -29,6 +29,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -285,9 +286,10 @@ class Replica:
                 digest = await sha1.digest()
                 if pipeline is not None:
                     assert self._peering is not None
-                    if not self._peering.live():
+                    if not self._peering.live() or not self.is_primary:
                         raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
-                                          f"{self._peering.me} may have lost its lease")
+                                          f"{self._peering.me} is no longer the primary, or "
+                                          f"may have lost its lease")
                     await pipeline.propose(spool.pending, registers)
             except BaseException as err:
                 # The spool's pending sum is dropped: chunks the thread may still be
@@ -414,7 +416,7 @@ class Replica:
             if pipeline is not None:  # the peers roll with us
                 try:
                     await pipeline.propose(self._spool.fragment, self.registers)
-                except ReplicationUncertain as err:
+                except (ReplicationFailed, ReplicationUncertain) as err:
                     raise AppendError("REPLICATION_FAILED", str(err)) from None
 
     async def roll(self) -> Fragment | None:
@@ -429,7 +431,7 @@ class Replica:
                     and self.is_primary:
                 try:
                     await pipeline.propose(self._spool.fragment, self.registers)
-                except ReplicationUncertain as err:
+                except (ReplicationFailed, ReplicationUncertain) as err:
                     log.info("rolling %s: %s", self.spec.name, err)
             return closed
 
@@ -504,14 +506,21 @@ class Replica:
         if not self._in_gap(offset):
             await self._index.wait_for(self.spec.name, offset)
             return
+        if not await self._refresh_for_gap():
+            await self._index.wait_changed(self.spec.name, GAP_REFRESH_SECONDS)
+
+    async def _refresh_for_gap(self) -> bool:
+        """List the stores again for a read in a gap, unless that was just done;
+        returns whether it was done now."""
         now = time.monotonic()
-        if now - self._last_gap_refresh >= GAP_REFRESH_SECONDS:
-            self._last_gap_refresh = now
-            try:
-                await self.refresh()
-            except StoreError as err:
-                log.warning("listing %s for a read in a gap: %s", self.spec.name, err)
-        await self._index.wait_changed(self.spec.name, GAP_REFRESH_SECONDS)
+        if now - self._last_gap_refresh < GAP_REFRESH_SECONDS:
+            return False
+        self._last_gap_refresh = now
+        try:
+            await self.refresh()
+        except StoreError as err:
+            log.warning("listing %s for a read in a gap: %s", self.spec.name, err)
+        return True
 
     async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:
         """The offset a read at `offset` starts from and the fragment holding it (for
@@ -521,6 +530,8 @@ class Replica:
             offset, frag, _ = self._locate(offset)
             if frag is not None:
                 return offset, frag
+            if self._in_gap(offset) and await self._refresh_for_gap():
+                continue
             if not block:
                 raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"offset {offset} is at or "
                                 f"beyond the write head {self.write_head}")
@@ -557,6 +568,8 @@ class Replica:
         while not end_offset or offset < end_offset:
             offset, frag, in_spool = self._locate(offset)
             if frag is None:
+                if self._in_gap(offset) and await self._refresh_for_gap():
+                    continue  # peers may have persisted it by now
                 if served and not block:
                     return  # read through to the head: done
                 if not block:
@@ -631,25 +644,36 @@ class Replica:
         answer its first proposal, then take content into the spool and commit (or
         drop) it at each proposal, until the stream ends or our route changes (then
         WRONG_ROUTE: the primary must sync under the new one)."""
-        route_changed = self._route_changed
+        primary = self.resolution.route.primary_id if self.resolution else None
         async with self._lock:
             await reply(self._on_proposal(first))
             summer: ThreadedSha1 | None = None
-            changed = asyncio.ensure_future(route_changed.wait())
+            changed: asyncio.Future[Any] = asyncio.ensure_future(self._route_changed.wait())
+            nxt: asyncio.Future[Any] | None = None
             try:
                 while True:
-                    nxt = asyncio.ensure_future(anext(requests))
+                    if nxt is None:
+                        nxt = asyncio.ensure_future(anext(requests))
                     await asyncio.wait({nxt, changed}, return_when=asyncio.FIRST_COMPLETED)
+                    if changed.done():
+                        # Another route: the session goes on only while its primary is
+                        # still the primary (and we a member). It will sync under the
+                        # new route after this append; another primary never commits
+                        # through an old one's session.
+                        if not self._serves(primary):
+                            nxt.cancel()
+                            self._spool.rollback()
+                            await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
+                            return
+                        changed = asyncio.ensure_future(self._route_changed.wait())
                     if not nxt.done():
-                        nxt.cancel()
-                        self._spool.rollback()
-                        await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
-                        return
+                        continue
                     try:
                         msg = nxt.result()
                     except StopAsyncIteration:
                         self._spool.rollback()
                         return
+                    nxt = None
                     if msg.content:
                         spool = self._spool
                         if msg.meta.content_delta != spool.written - spool.end:
@@ -665,6 +689,10 @@ class Replica:
                     if summer is not None:
                         await summer.digest()
                         summer = None
+                    if not self._serves(primary):
+                        self._spool.rollback()
+                        await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
+                        return
                     answer = self._on_proposal(msg.meta)
                     if msg.meta.acknowledge or answer.status != pb.OK:
                         await reply(answer)
@@ -675,6 +703,14 @@ class Replica:
                 raise
             finally:
                 changed.cancel()
+                if nxt is not None:
+                    nxt.cancel()
+
+    def _serves(self, primary: ProcessId | None) -> bool:
+        """Whether a peer session of `primary` may go on under the current route."""
+        res, peering = self.resolution, self._peering
+        return res is not None and peering is not None and primary is not None and \
+            res.route.primary_id == primary and peering.me in res.route.members
 
     def _on_proposal(self, request: pb.ReplicateRequest) -> pb.ReplicateResponse:
         """Commit the pending content if the proposal is the spool extended by it; drop

@@ -1,0 +1,176 @@
+"""Three brokers in two zones, in-process, over one etcd and one fragment store: journals
+are assigned by the allocator, appends replicate to every peer, any broker takes any
+request, and a draining broker hands its journals over without losing an append."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gazette.allocator import assignments_of, route_of
+from gazette.client import JournalClient
+from gazette.local.etcd import EmbeddedEtcd
+from gazette.pb import broker_pb2 as pb
+from gazette.pb import broker_pb2_grpc
+from gazette_broker.server import BrokerServer
+from tests.fixtures.broker import broker_config
+from tests.fixtures.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+SPECS = """
+name: cluster/
+replication: 3
+fragment:
+  stores: [file:///]
+  length: 4096
+children:
+  - name: cluster/r3
+  - name: cluster/r2
+    replication: 2
+"""
+ZONES = ["zone-a", "zone-a", "zone-b"]
+
+
+@pytest.fixture
+async def cluster(etcd_server: EmbeddedEtcd, etcd_prefix: str,
+                  tmp_path: Path) -> AsyncIterator[list[BrokerServer]]:
+    servers = [BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, zone=zone, suffix=f"b{i}",
+        spool_dir=tmp_path / f"spools-{i}", drain_timeout=20.0))
+        for i, zone in enumerate(ZONES)]
+    try:
+        for s in servers:
+            await s.start()
+        yield servers
+    finally:
+        for s in servers:
+            await s.stop()
+
+
+def consistent(server: BrokerServer, journal: str, members: int) -> bool:
+    """Whether `journal` has `members` assignments, a primary, and every assignment
+    holds the route (the primary synced every peer under it)."""
+    assigned = assignments_of(server.keyspace, server.layout, journal)
+    route = route_of(assigned)
+    return len(assigned) == members and route.primary >= 0 and \
+        all(a.value == route.encode() for a in assigned)
+
+
+async def applied(servers: list[BrokerServer]) -> None:
+    await servers[0].apply_yaml(SPECS)
+    for s in servers:
+        await eventually(lambda s=s: consistent(s, "cluster/r3", 3)  # type: ignore[misc]
+                         and consistent(s, "cluster/r2", 2), "routes are consistent", 20)
+
+
+async def read_all(server: BrokerServer, journal: str, offset: int = 0) -> bytes:
+    """What `server` itself holds of `journal` from `offset` (do_not_proxy)."""
+    async with grpc.aio.insecure_channel(server.grpc_address) as ch:
+        stub = broker_pb2_grpc.JournalStub(ch)
+        out = bytearray()
+        async for resp in stub.Read(pb.ReadRequest(journal=journal, offset=offset,
+                                                    do_not_proxy=True)):
+            if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and out:
+                break
+            assert resp.status == pb.OK, pb.Status.Name(resp.status)
+            out += resp.content
+        return bytes(out)
+
+
+async def test_appends_replicate_to_every_replica_through_any_broker(
+    cluster: list[BrokerServer],
+) -> None:
+    await applied(cluster)
+    expected = bytearray()
+    for i in range(30):
+        server = cluster[i % 3]  # whichever broker: it forwards to the primary
+        async with JournalClient(server.endpoint) as client:
+            record = f"record {i} via {server.id}\n".encode() * (i + 1)
+            result = await client.append("cluster/r3", record)
+            assert result.commit.begin == len(expected)
+            expected += record
+    for server in cluster:  # every replica holds the same bytes
+        assert await read_all(server, "cluster/r3") == bytes(expected)
+    # Reads through a broker that holds no replica of r2 are forwarded.
+    async with JournalClient(cluster[0].endpoint) as client:
+        await client.append("cluster/r2", b"two copies\n")
+        for server in cluster:
+            async with JournalClient(server.endpoint) as c:
+                chunks = [c.content async for c in c.read("cluster/r2", 0)]
+                assert b"".join(chunks) == b"two copies\n"
+
+
+async def test_do_not_proxy_answers_with_the_route(cluster: list[BrokerServer]) -> None:
+    await applied(cluster)
+    res = cluster[0].broker.resolver.resolve("cluster/r3")  # type: ignore[union-attr]
+    others = [s for s in cluster if s.id != res.route.primary_id]
+    async with grpc.aio.insecure_channel(others[0].grpc_address) as ch:
+        stub = broker_pb2_grpc.JournalStub(ch)
+        resp = await stub.AppendWhole(pb.AppendRequest(
+            journal="cluster/r3", content=b"x", do_not_proxy=True))
+        assert resp.status == pb.NOT_JOURNAL_PRIMARY_BROKER
+        assert len(resp.header.route.members) == 3
+        primary = resp.header.route.members[resp.header.route.primary]
+        assert (primary.zone, primary.suffix) == (res.route.primary_id.zone,  # type: ignore[union-attr]
+                                                  res.route.primary_id.suffix)  # type: ignore[union-attr]
+        assert resp.header.route.endpoints[resp.header.route.primary] == \
+            res.primary_endpoint
+
+
+async def test_a_draining_primary_hands_its_journal_over_without_loss(
+    cluster: list[BrokerServer],
+) -> None:
+    await applied(cluster)
+    res = cluster[0].broker.resolver.resolve("cluster/r2")  # type: ignore[union-attr]
+    primary = next(s for s in cluster if s.id == res.route.primary_id)
+    writer_at = next(s for s in cluster if s is not primary)
+    written: list[bytes] = []
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        async with JournalClient(writer_at.endpoint) as client:
+            i = 0
+            while not stop.is_set():
+                record = f"record {i}\n".encode()
+                await client.append("cluster/r2", record)
+                written.append(record)
+                i += 1
+
+    writer = asyncio.create_task(write())
+    try:
+        await eventually(lambda: len(written) > 20, "appends flow")
+        await primary.stop()  # drains: its journals move first
+        await eventually(lambda: len(written) > 60, "appends flow after the hand-off", 30)
+    finally:
+        stop.set()
+        await writer
+    survivors = [s for s in cluster if s is not primary]
+    res = survivors[0].broker.resolver.resolve("cluster/r2")  # type: ignore[union-attr]
+    assert primary.id not in res.route.members
+    tail = b"".join(written[-10:])
+    total = sum(map(len, written))
+    for server in survivors:
+        if server.id in res.route.members:  # both replicas hold the latest appends
+            assert await read_all(server, "cluster/r2", total - len(tail)) == tail
+    async with JournalClient(writer_at.endpoint) as client:
+        content = b"".join([c.content async for c in client.read("cluster/r2", 0)])
+    assert content == b"".join(written)
+
+
+async def test_too_few_brokers_refuse_appends_with_a_status(
+    cluster: list[BrokerServer],
+) -> None:
+    await applied(cluster)
+    await cluster[2].stop()  # zone-b leaves: r3 can only have two brokers now
+    with contextlib.suppress(Exception):
+        await eventually(lambda: not consistent(cluster[0], "cluster/r3", 3), "shrunk", 20)
+    async with grpc.aio.insecure_channel(cluster[0].grpc_address) as ch:
+        stub = broker_pb2_grpc.JournalStub(ch)
+        resp = await stub.AppendWhole(pb.AppendRequest(journal="cluster/r3", content=b"x"))
+        assert resp.status == pb.INSUFFICIENT_JOURNAL_BROKERS
