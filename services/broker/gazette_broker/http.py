@@ -8,6 +8,10 @@
   head. A read that cannot start answers with a status and a one-line reason.
 - ``GET /metrics`` (Prometheus) and ``GET /healthz`` (200 while serving, else 503).
 
+In a cluster, a journal this broker is not primary of (appends) or holds no replica of
+(reads) goes through `forward`, a client of this broker's own gRPC service, which
+routes it to the broker that serves it.
+
 Errors map to statuses: unknown journal 404, bad parameters or names 400, append refused
 by the journal (read-only) 403, over the size limit 413, wrong offset or registers 409,
 nothing at the offset yet 416, a corrupt fragment 500, a store outage 503.
@@ -17,11 +21,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import prometheus_client
 from aiohttp import web
 
 from gazette import names
+from gazette.client import JournalClient
+from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.fragment.store import StoreError
@@ -36,6 +43,12 @@ STATUS_CODES = {
     "WRONG_APPEND_OFFSET": 409,
     "REGISTER_MISMATCH": 409,
     "OFFSET_NOT_YET_AVAILABLE": 416,
+    "NOT_JOURNAL_BROKER": 503,
+    "NO_JOURNAL_PRIMARY_BROKER": 503,
+    "NOT_JOURNAL_PRIMARY_BROKER": 503,
+    "INSUFFICIENT_JOURNAL_BROKERS": 503,
+    "REPLICATION_FAILED": 503,
+    "WRONG_ROUTE": 503,
 }
 #: Bytes of request body handed to the replica at once.
 BODY_CHUNK = 256 << 10
@@ -51,6 +64,15 @@ class HttpError(web.HTTPException):
 
 def _error_for(status: str, message: str) -> HttpError:
     return HttpError(STATUS_CODES.get(status, 500), message)
+
+
+def _journal(request: web.Request) -> str:
+    journal = request.match_info["journal"]
+    try:
+        names.validate_journal_name(journal, "journal")
+    except ValidationError as err:
+        raise HttpError(400, str(err)) from None
+    return journal
 
 
 def _int_param(request: web.Request, name: str, default: int, minimum: int) -> int:
@@ -80,8 +102,15 @@ class HttpGateway:
 
     def __init__(self, replicas: Mapping[str, Replica],
                  ready: Callable[[], bool] = lambda: True, grace: float = 5.0,
-                 unready: Mapping[str, str] | None = None) -> None:
+                 unready: Mapping[str, str] | None = None,
+                 forward: JournalClient | None = None,
+                 content_type: Callable[[str], str] = lambda journal: "",
+                 max_append_size: int = 0) -> None:
+        """`forward`: a client of this broker's gRPC service, for journals served
+        elsewhere; `content_type` of a journal by its spec's labels."""
         self.replicas = replicas
+        self.forward, self.content_type = forward, content_type
+        self.max_append_size = max_append_size
         #: Journals with a spec that cannot be served yet, and why (503).
         self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.ready = ready
@@ -118,12 +147,18 @@ class HttpGateway:
             return web.Response(text="ok\n")
         return web.Response(status=503, text="not serving\n")
 
+    def _forwarded(self, request: web.Request, primary: bool) -> str:
+        """The journal of `request` if it goes through `forward` (this broker is not its
+        primary, for an append, or holds no replica of it); "" if served here."""
+        journal = _journal(request)
+        replica = self.replicas.get(journal)
+        if self.forward is None or journal in self.unready or (
+                replica is not None and (replica.is_primary or not primary)):
+            return ""
+        return journal
+
     def _replica(self, request: web.Request) -> Replica:
-        journal = request.match_info["journal"]
-        try:
-            names.validate_journal_name(journal, "journal")
-        except ValidationError as err:
-            raise HttpError(400, str(err)) from None
+        journal = _journal(request)
         replica = self.replicas.get(journal)
         if replica is None and journal in self.unready:
             raise HttpError(503, self.unready[journal])
@@ -132,11 +167,12 @@ class HttpGateway:
         return replica
 
     async def _append(self, request: web.Request) -> web.Response:
-        replica = self._replica(request)
-        if request.content_length is not None and \
-                request.content_length > replica.max_append_size:
+        forwarded = self._forwarded(request, primary=True)
+        replica = None if forwarded else self._replica(request)
+        limit = replica.max_append_size if replica is not None else self.max_append_size
+        if request.content_length is not None and limit and request.content_length > limit:
             raise HttpError(413, f"append of {request.content_length} bytes is larger than "
-                            f"the {replica.max_append_size}-byte limit")
+                            f"the {limit}-byte limit")
         body_ended = False
 
         async def body() -> AsyncIterator[bytes]:
@@ -146,11 +182,21 @@ class HttpGateway:
             body_ended = True
 
         try:
-            result = await replica.append(body())
+            if replica is not None:
+                result: Any = await replica.append(body())
+                head = replica.write_head
+            else:
+                assert self.forward is not None
+                result = await self.forward.append(forwarded, body())
+                head = result.commit.end
         except AppendError as err:
             if "limit" in str(err):
                 raise HttpError(413, str(err)) from None
             raise _error_for(err.status, str(err)) from None
+        except BrokerError as err:
+            raise _error_for(err.status, str(err)) from None
+        except (AppendUncertain, Unavailable) as err:
+            raise HttpError(503, str(err)) from None
         if not body_ended:  # pragma: no cover - append consumes the whole body
             raise HttpError(400, "the request body did not end")
         commit = result.commit
@@ -159,25 +205,35 @@ class HttpGateway:
             "X-Gazette-Commit-Begin": str(commit.begin),
             "X-Gazette-Commit-End": str(commit.end),
             "X-Gazette-Commit-Sha1": commit.sha1.hex(),
-            "X-Gazette-Write-Head": str(replica.write_head),
+            "X-Gazette-Write-Head": str(head),
         })
 
     async def _read(self, request: web.Request) -> web.StreamResponse:
-        replica = self._replica(request)
+        forwarded = self._forwarded(request, primary=False)
+        replica = None if forwarded else self._replica(request)
         offset = _int_param(request, "offset", 0, -1)
         end_offset = _int_param(request, "end_offset", 0, 0)
         block = _bool_param(request, "block")
-        chunks = replica.read(offset, block=block, end_offset=end_offset)
+        chunks: Any
+        if replica is not None:
+            chunks = replica.read(offset, block=block, end_offset=end_offset)
+            content_type = (replica.spec.labels.values("content-type") or ("",))[0]
+            headers = {"X-Gazette-Write-Head": str(replica.write_head)}
+        else:
+            assert self.forward is not None
+            chunks = self.forward.read(forwarded, offset, block=block, end_offset=end_offset)
+            content_type, headers = self.content_type(forwarded), {}
         response = web.StreamResponse(headers={
-            "Content-Type": (replica.spec.labels.values("content-type")
-                             or ("application/octet-stream",))[0],
-            "X-Gazette-Write-Head": str(replica.write_head),
-        })
+            "Content-Type": content_type or "application/octet-stream", **headers})
         try:
             first: ReadChunk | None = None
             if not block:  # a read that cannot start gets a status, not an empty 200
                 first = await anext(chunks, None)
+                if first is None and replica is None:
+                    raise HttpError(416, f"OFFSET_NOT_YET_AVAILABLE: nothing to read at "
+                                    f"offset {offset} of {forwarded} yet")
                 if first is not None:
+                    response.headers["X-Gazette-Write-Head"] = str(first.write_head)
                     response.headers["X-Gazette-Offset"] = str(first.offset)
                     response.headers["X-Gazette-Fragment"] = first.fragment.path
             await response.prepare(request)
@@ -189,8 +245,16 @@ class HttpGateway:
             if response.prepared:  # pragma: no cover - raised only before any content
                 raise
             raise _error_for(err.status, str(err)) from None
+        except BrokerError as err:
+            if response.prepared:
+                raise
+            raise _error_for(err.status, str(err)) from None
+        except Unavailable as err:
+            if response.prepared:
+                raise
+            raise HttpError(503, str(err)) from None
         except CorruptFragment as err:  # undecodable ones too (the cache's FragmentDecoder)
-            log.error("HTTP read of %s: %s", replica.spec.name, err)
+            log.error("HTTP read of %s: %s", forwarded or _journal(request), err)
             if response.prepared:
                 raise  # the connection is cut: the reader sees a truncated body
             raise HttpError(500, f"DATA_LOSS: {err}") from None

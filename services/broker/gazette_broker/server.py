@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from gazette.allocator import Allocator, route_consistent
+from gazette.client import JournalClient
 from gazette.keyspace import Etcd, KeySpace, Layout, Lease
 from gazette.keyspace.lease import LeaseLost
 from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
@@ -127,6 +128,7 @@ class BrokerServer:
         self.grpc_port = 0
         self.http_port = 0
         self._tasks: list[asyncio.Task[Any]] = []
+        self._forward: JournalClient | None = None
         self._started = False
 
     @property
@@ -173,8 +175,11 @@ class BrokerServer:
         add_journal_service(service, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         if cfg.http_port >= 0:
+            self._forward = JournalClient(self.grpc_address)
             self.http = HttpGateway(self.broker.replicas, ready=self._ready, grace=cfg.grace,
-                                    unready=self.broker.unready)
+                                    unready=self.broker.unready, forward=self._forward,
+                                    content_type=self._content_type,
+                                    max_append_size=cfg.max_append_size)
             self.http_port = await self.http.start(cfg.bind or None, cfg.http_port)
 
         self.lease = await Lease.grant(self.etcd, cfg.lease_ttl)
@@ -188,6 +193,12 @@ class BrokerServer:
         await self.health.set("gazette.broker.Journal", health_pb2.HealthCheckResponse.SERVING)
         log.info("broker %s serving: gRPC %s, HTTP %s, etcd %s%s", self.member.id,
                  self.endpoint, self.http_url or "off", cfg.etcd_address, self.layout.root)
+
+    def _content_type(self, journal: str) -> str:
+        entry = self.keyspace.get(self.layout.item_key(journal))
+        if entry is None or not isinstance(entry.value, JournalSpec):
+            return ""
+        return (entry.value.labels.values("content-type") or ("",))[0]
 
     def _ready(self) -> bool:
         return self.lease is not None and not self.lease.lost.is_set()
@@ -252,6 +263,8 @@ class BrokerServer:
         if self.http is not None:
             stopping.append(self.http.stop())
         await asyncio.gather(*stopping, return_exceptions=True)
+        if self._forward is not None:
+            await self._forward.close()
         await self.broker.close(drain_timeout=cfg.persist_timeout)
         for task in self._tasks:
             task.cancel()
