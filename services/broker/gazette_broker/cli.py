@@ -53,6 +53,8 @@ SERVE_FLAGS: list[tuple[str, str, str, Callable[[str], Any], str]] = [
      "seconds the member spec outlives a broker that died without cleaning up"),
     ("--broker.grace", "BROKER_GRACE", "grace", float,
      "seconds in-flight RPCs get to finish on shutdown"),
+    ("--broker.drain-timeout", "BROKER_DRAIN_TIMEOUT", "drain_timeout", float,
+     "seconds a stopping broker waits for its journals to move to other brokers"),
     ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
     ("--etcd.prefix", "ETCD_PREFIX", "etcd_prefix", str,
      "etcd prefix of the broker cluster"),

@@ -1,0 +1,277 @@
+"""Faults against a three-broker cluster (two zones) holding a journal of replication 3,
+while writers append self-describing records: primaries are SIGKILLed and restarted,
+another broker is SIGTERMed (drained) and restarted, and etcd is restarted. Afterwards
+every acknowledged record is there exactly once, in its writer's order, no record is
+torn or interleaved, every persisted fragment's SHA-1 checks, and every broker returns
+the same bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import signal
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gazette.allocator import assignments_of, route_of
+from gazette.client import AppendUncertain, JournalClient, RetryPolicy
+from gazette.client.errors import BrokerError, Unavailable
+from gazette.keyspace import Etcd, KeySpace, Layout
+from gazette.keyspace.specs import Decoder, apply_changes
+from gazette.local.etcd import EmbeddedEtcd
+from gazette.local.process import Process, free_port
+from gazette.pb import broker_pb2 as pb
+from gazette.pb import broker_pb2_grpc
+from gazette.protocol import ProcessId
+from gazette.protocol.trees import journal_changes_from_yaml
+from tests.fixtures.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+JOURNAL = "faults/journal"
+PREFIX = "/gazette/faults"
+LEASE_TTL = 4
+WRITERS = 4
+SPEC = f"""
+name: {JOURNAL}
+replication: 3
+fragment:
+  stores: [file:///]
+  length: 65536
+  compression_codec: NONE
+  flush_interval: 2s
+"""
+
+
+@dataclass
+class Broker:
+    """A `gazette serve` process that keeps its name, ports and spool folder across
+    restarts."""
+
+    zone: str
+    name: str
+    port: int
+    workdir: Path
+    etcd: str
+    process: Process = field(init=False)
+
+    def __post_init__(self) -> None:
+        argv = [sys.executable, "-m", "gazette_broker.cli", "serve",
+                "--broker.zone", self.zone, "--broker.id", self.name,
+                "--broker.host", "127.0.0.1", "--broker.bind", "127.0.0.1",
+                "--broker.port", str(self.port), "--broker.http-port", "-1",
+                "--broker.file-root", str(self.workdir / "store"),
+                "--broker.spool-dir", str(self.workdir / f"spools-{self.name}"),
+                "--broker.lease-ttl", str(LEASE_TTL), "--broker.grace", "2",
+                "--broker.drain-timeout", "20",
+                "--etcd.address", self.etcd, "--etcd.prefix", PREFIX]
+        self.process = Process(self.name, argv, self.workdir / f"{self.name}.log")
+
+    @property
+    def id(self) -> ProcessId:
+        return ProcessId(self.zone, self.name)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process.start()
+
+
+@dataclass
+class Writer:
+    """Appends records `{"w", "seq", "pad", "sum"}` one at a time; remembers which were
+    acknowledged and which are uncertain (the answer to their commit was lost)."""
+
+    id: int
+    acked: list[int] = field(default_factory=list)
+    uncertain: set[int] = field(default_factory=set)
+    refused: set[int] = field(default_factory=set)
+
+    @staticmethod
+    def record(w: int, seq: int) -> bytes:
+        pad = "x" * (50 + (w * 7919 + seq * 104729) % 400)
+        body = f'{{"w": {w}, "seq": {seq}, "pad": "{pad}"'
+        digest = hashlib.sha1(body.encode()).hexdigest()[:16]
+        return (body + f', "sum": "{digest}"}}\n').encode()
+
+    async def run(self, target: str, stop: asyncio.Event) -> None:
+        retry = RetryPolicy(attempts=60, initial_delay=0.05, max_delay=0.5)
+        async with JournalClient(target, retry=retry, timeout=10) as client:
+            seq = 0
+            while not stop.is_set():
+                try:
+                    await client.append(JOURNAL, self.record(self.id, seq))
+                    self.acked.append(seq)
+                except AppendUncertain:
+                    self.uncertain.add(seq)
+                except (BrokerError, Unavailable):
+                    self.refused.add(seq)  # certainly not written
+                seq += 1
+
+
+def parse(content: bytes) -> list[tuple[int, int]]:
+    """(writer, seq) of every record; asserts each line is one whole record."""
+    out = []
+    for line in content.splitlines(keepends=True):
+        assert line.endswith(b"\n"), f"a torn record at the end: {line[:80]!r}"
+        rec = json.loads(line)
+        body = f'{{"w": {rec["w"]}, "seq": {rec["seq"]}, "pad": "{rec["pad"]}"'
+        assert hashlib.sha1(body.encode()).hexdigest()[:16] == rec["sum"], line[:80]
+        assert line == Writer.record(rec["w"], rec["seq"]), "an interleaved record"
+        out.append((rec["w"], rec["seq"]))
+    return out
+
+
+async def read_from(broker: Broker, head: int) -> bytes:
+    """Everything `broker` itself serves of the journal up to `head` (do_not_proxy);
+    a read stopped short (content still being persisted by a peer) is tried again."""
+    async with grpc.aio.insecure_channel(broker.address) as ch:
+        stub = broker_pb2_grpc.JournalStub(ch)
+        deadline = time.monotonic() + 60
+        while True:
+            out = bytearray()
+            async for resp in stub.Read(pb.ReadRequest(journal=JOURNAL, do_not_proxy=True,
+                                                       end_offset=head)):
+                if resp.status != pb.OK:
+                    break
+                out += resp.content
+            if len(out) == head or time.monotonic() > deadline:
+                return bytes(out)
+            await asyncio.sleep(0.2)
+
+
+async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
+    started = time.monotonic()
+    etcd = EmbeddedEtcd(tmp_path / "etcd")
+    await asyncio.to_thread(etcd.start)
+    brokers = [Broker(zone, f"broker-{i}", free_port(), tmp_path, etcd.endpoint)
+               for i, zone in enumerate(["zone-a", "zone-a", "zone-b"])]
+    layout = Layout(PREFIX)
+    stop = asyncio.Event()
+    writers = [Writer(i) for i in range(WRITERS)]
+    faults: list[str] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for b in brokers:
+            b.start()
+        async with Etcd(etcd.endpoint) as client, \
+                KeySpace(client, layout.root + "/", Decoder(layout)) as keyspace:
+
+            def route_ok(members: int = 3) -> bool:
+                assigned = assignments_of(keyspace, layout, JOURNAL)
+                route = route_of(assigned)
+                return len(assigned) == members and route.primary >= 0 and all(
+                    a.value == route.encode() for a in assigned)
+
+            def primary() -> Broker | None:
+                route = route_of(assignments_of(keyspace, layout, JOURNAL))
+                return next((b for b in brokers if b.id == route.primary_id), None)
+
+            await eventually(lambda: len(keyspace.prefixed(layout.members)) == 3,
+                             "three brokers joined", 30)
+            await apply_changes(client, layout, journal_changes_from_yaml(SPEC))
+            await eventually(route_ok, "the journal is assigned to all three", 30)
+
+            target = "ipv4:" + ",".join(b.address for b in brokers)
+            tasks = [asyncio.create_task(w.run(target, stop)) for w in writers]
+
+            def acked() -> int:
+                return sum(len(w.acked) for w in writers)
+
+            async def progress(more: int = 500, timeout: float = 40) -> None:
+                goal = acked() + more
+                await eventually(lambda: acked() >= goal, f"{more} more acknowledged "
+                                 f"appends (faults so far: {faults})", timeout)
+
+            async def restart(b: Broker) -> None:
+                b.start()
+                await eventually(lambda: route_ok(3), f"{b.name} rejoined the route", 40)
+
+            await progress()
+            for round_ in range(2):  # SIGKILL the primary, twice
+                victim = primary()
+                assert victim is not None
+                await asyncio.to_thread(victim.process.kill)
+                faults.append(f"SIGKILL {victim.name} (primary)")
+                # Its lease expires, taking its member key and assignments: another
+                # broker is primary then (with two of three brokers appends are refused
+                # as INSUFFICIENT_JOURNAL_BROKERS until it is back).
+                key = layout.member_key(victim.zone, victim.name)
+                await eventually(lambda: keyspace.get(key) is None,  # noqa: B023
+                                 "the killed broker's lease expired", 3 * LEASE_TTL)
+                await eventually(lambda: primary() is not victim,
+                                 "another broker is primary", 3 * LEASE_TTL)
+                await restart(victim)
+                await progress()
+                if round_ == 0:  # SIGTERM a broker that is not the primary
+                    other = next(b for b in brokers if b is not primary())
+                    await asyncio.to_thread(other.process.stop, 30.0)
+                    faults.append(f"SIGTERM {other.name}")
+                    assert other.process.popen is not None
+                    assert other.process.popen.returncode == 0, "a drained broker exits 0"
+                    await restart(other)
+                    await progress()
+            await asyncio.to_thread(etcd.restart)
+            faults.append("etcd restart")
+            await progress()
+            stop.set()
+            await asyncio.gather(*tasks)
+
+            # Every broker serves the whole journal, identically.
+            await eventually(route_ok, "the route is consistent", 30)
+            head = 0
+            now_primary = primary()
+            assert now_primary is not None
+            async with grpc.aio.insecure_channel(now_primary.address) as ch:
+                resp = await anext(aiter(broker_pb2_grpc.JournalStub(ch).Read(
+                    pb.ReadRequest(journal=JOURNAL, offset=-1, metadata_only=True,
+                                   do_not_proxy=True))))
+                head = resp.write_head
+            contents = [await read_from(b, head) for b in brokers]
+    finally:
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        for b in brokers:
+            await asyncio.to_thread(b.process.stop, 20.0, signal.SIGKILL)
+        await asyncio.to_thread(etcd.stop)
+
+    assert len(contents[0]) == head > 0
+    for b, content in zip(brokers, contents, strict=True):
+        assert content == contents[0], f"{b.name} serves other bytes"
+    records = parse(contents[0])
+    by_writer: dict[int, list[int]] = defaultdict(list)
+    for w, seq in records:
+        by_writer[w].append(seq)
+    for w in writers:
+        seqs = by_writer[w.id]
+        assert seqs == sorted(set(seqs)), f"writer {w.id}: out of order or duplicated"
+        present = set(seqs)
+        assert set(w.acked) <= present, f"writer {w.id}: acknowledged records lost: " \
+            f"{sorted(set(w.acked) - present)[:10]}"
+        assert present <= set(w.acked) | w.uncertain, \
+            f"writer {w.id}: records never acknowledged nor in doubt are present"
+    # Every persisted fragment's name matches its content.
+    fragments = sorted((tmp_path / "store").rglob("*.raw"))
+    assert fragments
+    for path in fragments:
+        begin, end, sha1 = path.stem.split("-")
+        data = path.read_bytes()
+        assert len(data) == int(end, 16) - int(begin, 16)
+        assert hashlib.sha1(data).hexdigest() == sha1, f"{path.name}: SHA-1 does not check"
+    total = sum(len(w.acked) for w in writers)
+    uncertain = sum(len(w.uncertain) for w in writers)
+    refused = sum(len(w.refused) for w in writers)
+    print(f"\nfault test: {total} appends acknowledged, {uncertain} uncertain, "
+          f"{refused} refused, "
+          f"{len(faults)} faults injected ({'; '.join(faults)}), "
+          f"{len(fragments)} fragments persisted, {time.monotonic() - started:.0f}s")
