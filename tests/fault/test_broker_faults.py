@@ -206,9 +206,9 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                 # broker is primary then (with two of three brokers appends are refused
                 # as INSUFFICIENT_JOURNAL_BROKERS until it is back).
                 key = layout.member_key(victim.zone, victim.name)
-                await eventually(lambda: keyspace.get(key) is None,  # noqa: B023
+                await eventually(lambda key=key: keyspace.get(key) is None,
                                  "the killed broker's lease expired", 3 * LEASE_TTL)
-                await eventually(lambda: primary() is not victim,
+                await eventually(lambda victim=victim: primary() is not victim,
                                  "another broker is primary", 3 * LEASE_TTL)
                 await restart(victim)
                 await progress()
