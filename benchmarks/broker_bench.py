@@ -21,7 +21,13 @@ Prints progress, then one JSON object as its last line:
   client reads and verifies the file); ``read_fragments_via_broker_mb_per_s``: the same
   bytes streamed by the broker;
 - ``raw_file_write_mb_per_s`` / ``raw_file_read_mb_per_s``: writing and reading the same
-  volume with plain file I/O, the ceiling of this machine's disk path.
+  volume with plain file I/O, the ceiling of this machine's disk path;
+- ``append_r3_mb_per_s``: a cluster of three more brokers (two zones) on this machine,
+  64 KiB appends (`AppendQueue`) to a journal of replication 3, sent to its primary;
+  ``append_r3_via_peer_mb_per_s``: the same sent to another broker, which forwards them;
+- ``failover_s``: from SIGKILL of a journal's primary (replication 2 of the three) to
+  the next acknowledged append of a writer appending all along through another broker;
+  ``lease_ttl_s``: the brokers' lease TTL (their default), which bounds it.
 """
 
 from __future__ import annotations
@@ -44,14 +50,16 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import grpc
 import uvloop
 
-from gazette.client import AppendQueue, JournalClient
-from gazette.keyspace import Etcd, Layout
-from gazette.keyspace.specs import apply_changes
+from gazette.allocator import assignments_of, route_of
+from gazette.client import AppendQueue, JournalClient, RetryPolicy
+from gazette.keyspace import Etcd, KeySpace, Layout
+from gazette.keyspace.specs import Decoder, apply_changes
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.local.process import free_port
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol.trees import journal_changes_from_yaml
+from gazette_broker.server import DEFAULT_LEASE_TTL
 
 MiB = 1 << 20
 APPEND_VOLUME = 512 * MiB
@@ -87,6 +95,24 @@ children:
 """
 
 
+CLUSTER_PREFIX = "/gazette/bench-cluster"
+CLUSTER_VOLUME = 256 * MiB
+CLUSTER_SPECS = """
+name: cluster/
+replication: 3
+fragment:
+  length: 67108864
+  compression_codec: NONE
+  stores: ["file:///"]
+  flush_interval: 1h
+  refresh_interval: 1h
+children:
+  - name: cluster/r3
+  - name: cluster/failover
+    replication: 2
+"""
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -113,14 +139,15 @@ def raw_file_io(folder: Path, volume: int) -> tuple[float, float]:
     return write, read
 
 
-async def bench_append_queue(client: JournalClient) -> float:
+async def bench_append_queue(client: JournalClient, journal: str = "bench/append",
+                             volume: int = APPEND_VOLUME) -> float:
     queue = AppendQueue(client)
     chunk = os.urandom(64 << 10)
-    n = APPEND_VOLUME // len(chunk)
+    n = volume // len(chunk)
     start = time.perf_counter()
     futures = []
     for _ in range(n):
-        futures.append(queue.append("bench/append", chunk))
+        futures.append(queue.append(journal, chunk))
         if len(futures) % 256 == 0:
             await queue.wait_for_room()
     await asyncio.gather(*futures)
@@ -339,6 +366,13 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
                 direct, via_broker = await bench_fragments(client, stub)
                 log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
                     f"{via_broker:.0f} MB/s")
+        r3 = r3_via_peer = failover = 0.0
+        if "cluster" in only:
+            await asyncio.to_thread(os.sync)
+            r3, r3_via_peer, failover = await bench_cluster(etcd_endpoint, workdir)
+            log(f"replication 3 over three brokers: {r3:.0f} MB/s to the primary, "
+                f"{r3_via_peer:.0f} MB/s through a peer; failover {failover:.2f} s "
+                f"(lease TTL {DEFAULT_LEASE_TTL} s)")
     finally:
         broker.terminate()
         await asyncio.wait_for(broker.wait(), 60)
@@ -356,10 +390,111 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
         "raw_file_read_mb_per_s": round(raw_read),
         "append_vs_raw_write": round(append / raw_write, 3) if raw_write else None,
         "read_fragments_vs_raw_write": round(direct / raw_write, 3) if raw_write else None,
+        "append_r3_mb_per_s": round(r3),
+        "append_r3_via_peer_mb_per_s": round(r3_via_peer),
+        "failover_s": round(failover, 2),
+        "lease_ttl_s": DEFAULT_LEASE_TTL,
     }
 
 
-PARTS = ("raw", "append", "small", "tail", "fragments")
+async def start_cluster(etcd_endpoint: str, workdir: Path
+                        ) -> dict[str, asyncio.subprocess.Process]:
+    """Three brokers (zones a, a, b) under their own etcd prefix: name -> process."""
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    procs = {}
+    for i, zone in enumerate(["zone-a", "zone-a", "zone-b"]):
+        port = free_port()
+        procs[f"127.0.0.1:{port}"] = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
+            "--broker.http-port", "-1", "--broker.host", "127.0.0.1", "--broker.zone", zone,
+            "--broker.id", f"bench-{i}", "--broker.file-root", str(workdir / "store"),
+            "--broker.spool-dir", str(workdir / f"cluster-spools-{i}"), "--etcd.address",
+            etcd_endpoint, "--etcd.prefix", CLUSTER_PREFIX, "--log.level", "warn", env=env)
+    return procs
+
+
+async def bench_cluster(etcd_endpoint: str, workdir: Path) -> tuple[float, float, float]:
+    """(append_r3_mb_per_s, append_r3_via_peer_mb_per_s, failover_s)."""
+    procs = await start_cluster(etcd_endpoint, workdir)
+    layout = Layout(CLUSTER_PREFIX)
+    try:
+        async with Etcd(etcd_endpoint) as etcd, \
+                KeySpace(etcd, layout.root + "/", Decoder(layout)) as keyspace:
+
+            def route(journal: str, members: int) -> tuple[str, list[str]] | None:
+                """(primary address, others) once `journal`'s route is consistent."""
+                assigned = assignments_of(keyspace, layout, journal)
+                r = route_of(assigned)
+                if len(assigned) != members or r.primary < 0 or \
+                        any(a.value != r.encode() for a in assigned):
+                    return None
+                addresses = []
+                for m in r.members:
+                    entry = keyspace.get(layout.member_key(m.zone, m.suffix))
+                    assert entry is not None
+                    addresses.append(entry.value.endpoint.removeprefix("http://"))
+                return addresses[r.primary], [a for i, a in enumerate(addresses)
+                                              if i != r.primary]
+
+            deadline = time.monotonic() + 60
+            while len(keyspace.prefixed(layout.members)) < 3:
+                assert time.monotonic() < deadline, "the cluster did not start"
+                await asyncio.sleep(0.1)
+            await apply_changes(etcd, layout, journal_changes_from_yaml(CLUSTER_SPECS))
+            while (r3 := route("cluster/r3", 3)) is None or \
+                    (fo := route("cluster/failover", 2)) is None:
+                assert time.monotonic() < deadline, "the journals were not assigned"
+                await asyncio.sleep(0.1)
+            figures = []
+            for address in (r3[0], r3[1][0]):  # the primary, then a peer that forwards
+                async with JournalClient(address) as client:
+                    figures.append(await bench_append_queue(client, "cluster/r3",
+                                                            CLUSTER_VOLUME))
+            failover = await bench_failover(procs, fo[0])
+    finally:
+        for proc in procs.values():
+            if proc.returncode is None:
+                proc.terminate()
+        await asyncio.gather(*(asyncio.wait_for(p.wait(), 60) for p in procs.values()))
+    return figures[0], figures[1], failover
+
+
+async def bench_failover(procs: dict[str, asyncio.subprocess.Process],
+                         primary: str) -> float:
+    """Seconds from SIGKILL of the failover journal's `primary` to the next append a
+    writer (through a broker that stays) gets acknowledged."""
+    through = next(a for a in procs if a != primary)
+    acked_at: list[float] = []
+    acked = asyncio.Event()
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        retry = RetryPolicy(attempts=1000, initial_delay=0.05, max_delay=0.1)
+        async with JournalClient(through, retry=retry) as client:
+            while not stop.is_set():
+                with contextlib.suppress(Exception):  # uncertain: keep appending
+                    await client.append("cluster/failover", b"tick\n")
+                    acked_at.append(time.monotonic())
+                    acked.set()
+
+    writer = asyncio.create_task(write())
+    try:
+        async with asyncio.timeout(120):
+            while len(acked_at) < 50:
+                acked.clear()
+                await acked.wait()
+            killed_at = time.monotonic()
+            procs[primary].kill()
+            while acked_at[-1] <= killed_at:
+                acked.clear()
+                await acked.wait()
+        return next(t for t in acked_at if t > killed_at) - killed_at
+    finally:
+        stop.set()
+        await writer
+
+
+PARTS = ("raw", "append", "small", "tail", "fragments", "cluster")
 
 
 def main() -> None:

@@ -101,3 +101,9 @@ async def test_dev_up_runs_the_tutorial_and_exits(tmp_path: Path) -> None:
     assert 'Gazette!"}\n{"Msg": "See you later alligator"}' in text
     assert "every race 1-20 landed intact: True" in text
     assert list((tmp_path / "fragment-store" / "example" / "journal").glob("*.sz"))
+    # Three brokers in two zones; the replicated journal is on all three, identically.
+    brokers = [line for line in text.splitlines() if line.startswith("  broker ")]
+    assert len(brokers) == 3 and sum("zone-b#" in b for b in brokers) == 1
+    heads = [line.split(": ", 1)[1] for line in text.splitlines()
+             if line.startswith("  zone-") and "write head" in line]
+    assert len(heads) == 3 and len(set(heads)) == 1, heads

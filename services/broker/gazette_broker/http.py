@@ -194,7 +194,7 @@ class HttpGateway:
                 raise HttpError(413, str(err)) from None
             raise _error_for(err.status, str(err)) from None
         except BrokerError as err:
-            raise _error_for(err.status, str(err)) from None
+            raise _error_for(err.status, f"{err.status}: {forwarded}") from None
         except (AppendUncertain, Unavailable) as err:
             raise HttpError(503, str(err)) from None
         if not body_ended:  # pragma: no cover - append consumes the whole body
@@ -248,7 +248,7 @@ class HttpGateway:
         except BrokerError as err:
             if response.prepared:
                 raise
-            raise _error_for(err.status, str(err)) from None
+            raise _error_for(err.status, f"{err.status}: {forwarded}") from None
         except Unavailable as err:
             if response.prepared:
                 raise

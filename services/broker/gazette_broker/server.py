@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gazette.allocator import Allocator, route_consistent
+from gazette.allocator import Allocator, assignments_of, route_consistent, route_of
 from gazette.client import JournalClient
 from gazette.keyspace import Etcd, KeySpace, Layout, Lease
 from gazette.keyspace.lease import LeaseLost
@@ -286,7 +286,27 @@ class BrokerServer:
         changes = journal_changes_from_yaml(text)
         revision = await apply_changes(self.etcd, self.layout, changes)
         await self.keyspace.wait_for_revision(revision, timeout=timeout)
-        wanted = {c.name for c in changes if isinstance(c.spec, JournalSpec)}
-        async with asyncio.timeout(timeout):
-            await self.broker.wait_serving(wanted)
+        await self.wait_routed({c.name for c in changes if isinstance(c.spec, JournalSpec)},
+                               timeout)
         return revision
+
+    def routed(self, journal: str) -> bool:
+        """Whether `journal` has a primary and every replica has its route."""
+        assigned = assignments_of(self.keyspace, self.layout, journal)
+        route = route_of(assigned)
+        return route.primary >= 0 and all(a.value == route.encode() for a in assigned)
+
+    async def wait_routed(self, journals: set[str], timeout: float = 10.0) -> None:
+        """Wait until every one of `journals` is routed (`routed`), and those assigned
+        here are served here."""
+        changed = asyncio.Event()
+        stop = self.keyspace.observe(lambda revision, events: changed.set())
+        try:
+            async with asyncio.timeout(timeout):
+                while not all(self.routed(j) for j in journals):
+                    await changed.wait()
+                    changed.clear()
+                assert self.broker.resolver is not None
+                await self.broker.wait_serving(journals & self.broker.resolver.assigned())
+        finally:
+            stop()
