@@ -104,3 +104,39 @@ def _check_stored(root: Path, fragment: Fragment, data: bytes) -> None:
     assert stored.name == fragment.content_name
     assert decompress(fragment.codec, stored.read_bytes()) == data
     assert list(root.glob("spool-*")) == []  # the spool and its compressed copy: gone
+
+
+async def test_peer_copies_upload_later_and_only_if_missing(tmp_path: Path) -> None:
+    from gazette.fragment.store import store_for
+
+    store = store_for("file:///", file_root=tmp_path / "store")
+    persisted: list[Fragment] = []
+    persister = Persister(on_persisted=persisted.append)
+    task = asyncio.create_task(persister.run())
+
+    def closed_spool(folder: str, data: bytes) -> object:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        spool = Spool("peers/a", 0, tmp_path / folder)
+        spool.write(data)
+        spool.commit()
+        return spool.close()
+
+    try:
+        primary, peer = closed_spool("primary", b"same\n"), closed_spool("peer", b"same\n")
+        lonely = Spool("peers/b", 0, tmp_path / "peer")
+        lonely.write(b"only the peer has it\n")
+        lonely.commit()
+        orphan = lonely.close()
+        persister.enqueue(peer, store, if_missing_after=0.3)  # type: ignore[arg-type]
+        persister.enqueue(orphan, store, if_missing_after=0.3)
+        persister.enqueue(primary, store)  # type: ignore[arg-type]
+        await asyncio.wait_for(persister.wait_idle(), 10)
+        uploads = REGISTRY.get_sample_value("gazette_fragments_already_stored_total")
+        # The primary's upload came first; the peer's copy was found stored, not sent.
+        assert [f.journal for f in persisted] == ["peers/a", "peers/a", "peers/b"]
+        assert uploads is not None and uploads >= 1
+        # The copy only a peer held was uploaded when its time came.
+        assert [f.journal for f in await store.list("peers/b")] == ["peers/b"]
+        assert not any(p.path.exists() for p in (peer, orphan))  # type: ignore[attr-defined]
+    finally:
+        task.cancel()

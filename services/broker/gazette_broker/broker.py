@@ -222,6 +222,7 @@ class Broker:
             await self._stop(key)
         for replica in self.replicas.values():
             await replica.roll()
+        self.persister.flush()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.persister.wait_idle(), drain_timeout)
         await self._stop("persister")

@@ -105,7 +105,8 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
-            tasks = {asyncio.create_task(s.wait()) for s in servers}  # a lease lost
+            tasks: set[asyncio.Task[Any]] = {asyncio.create_task(s.wait())
+                                             for s in servers}  # a lease lost
             tasks.add(asyncio.create_task(stop.wait()))
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in tasks:

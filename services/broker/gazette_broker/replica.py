@@ -72,6 +72,9 @@ DEFAULT_MAX_APPEND_SIZE = 256 << 20
 GAP_WAIT_SECONDS = 30.0
 #: While reads wait in a gap, the stores are listed again at most this often.
 GAP_REFRESH_SECONDS = 1.0
+#: A peer uploads its copy of a closed fragment this long after closing it, if the
+#: primary has not uploaded it by then.
+PEER_PERSIST_DELAY = 5.0
 #: A primary whose pipeline could not be synced tries again after this long.
 SYNC_RETRY_SECONDS = 0.5
 
@@ -462,7 +465,9 @@ class Replica:
                             self.spec.fragment.compression_codec)
         stores = self.spec.fragment.stores
         if self._persister is not None and self._store_for is not None and stores:
-            self._persister.enqueue(closed, self._store_for(stores[0]))
+            # The primary uploads; peers upload their copy later, if still missing.
+            self._persister.enqueue(closed, self._store_for(stores[0]),
+                                    None if self.is_primary else PEER_PERSIST_DELAY)
         return closed.fragment
 
     def _locate(self, offset: int) -> tuple[int, Fragment | None, bool]:
