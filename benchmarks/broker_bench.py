@@ -96,7 +96,7 @@ children:
 
 
 CLUSTER_PREFIX = "/gazette/bench-cluster"
-CLUSTER_VOLUME = 2048 * MiB
+CLUSTER_VOLUME = 1024 * MiB
 CLUSTER_SPECS = """
 name: cluster/
 replication: 3

@@ -200,3 +200,28 @@ async def test_the_http_gateway_of_any_broker_serves_any_journal(
             assert r.status == 200 and await r.read() == b"via http\n" * 2
         async with http.get(f"{outsider.http_url}/cluster/r2?offset=18") as r:
             assert r.status == 416, await r.text()
+
+
+async def test_a_request_made_on_a_stale_route_is_rerouted(
+    cluster: list[BrokerServer],
+) -> None:
+    await applied(cluster)
+    old = cluster[0].broker.resolver.resolve("cluster/r2")  # type: ignore[union-attr]
+    stale_header = cluster[0].broker.resolver.header(old)  # type: ignore[union-attr]
+    old_primary = next(s for s in cluster if s.id == old.route.primary_id)
+    await old_primary.stop()  # the journal moves on
+    survivors = [s for s in cluster if s is not old_primary]
+    await eventually(lambda: consistent(survivors[0], "cluster/r2", 2)
+                     and old_primary.id not in survivors[0].broker.resolver.resolve(  # type: ignore[union-attr]
+                         "cluster/r2").route.members, "the route changed", 20)
+    for server in survivors:
+        async with grpc.aio.insecure_channel(server.grpc_address) as ch:
+            stub = broker_pb2_grpc.JournalStub(ch)
+            # Made against the old route and revision: served on the current one.
+            resp = await stub.AppendWhole(pb.AppendRequest(
+                journal="cluster/r2", header=stale_header, content=b"late\n"))
+            assert resp.status == pb.OK, pb.Status.Name(resp.status)
+            assert resp.header.etcd.revision > stale_header.etcd.revision
+            got = [r async for r in stub.Read(pb.ReadRequest(
+                journal="cluster/r2", header=stale_header, offset=resp.commit.begin))]
+            assert got[0].status == pb.OK and b"late\n" in b"".join(r.content for r in got)
