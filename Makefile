@@ -32,7 +32,7 @@ unit: $(STAMP)
 
 integration: $(STAMP)
 	@scripts/ensure-system-deps.sh
-	$(BIN)/python -m pytest -q tests/integration tests/e2e
+	$(BIN)/python -m pytest -q tests/integration tests/e2e tests/fault
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
