@@ -26,18 +26,15 @@ from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import ProcessId, labels_to_pb
 from gazette.protocol.content import encode_replicate_content, encode_replicate_request
+from gazette_broker.errors import StatusError
 
 REPLICATE_METHOD = "/gazette.broker.Journal/Replicate"
 #: How long a peer may take to answer a proposal.
 PROPOSAL_TIMEOUT = 10.0
 
 
-class ReplicationFailed(Exception):
+class ReplicationFailed(StatusError):
     """Replication failed before a commit was proposed: nothing was committed."""
-
-    def __init__(self, status: str, message: str) -> None:
-        self.status = status
-        super().__init__(f"{status}: {message}")
 
 
 class ReplicationUncertain(Exception):

@@ -50,6 +50,7 @@ from gazette.protocol import (
     labels_to_pb,
 )
 from gazette.protocol.content import ReplicateContent
+from gazette_broker.errors import StatusError
 from gazette_broker.pipeline import (
     Channels,
     Pipeline,
@@ -77,14 +78,6 @@ GAP_REFRESH_SECONDS = 1.0
 PEER_PERSIST_DELAY = 5.0
 #: A primary whose pipeline could not be synced tries again after this long.
 SYNC_RETRY_SECONDS = 0.5
-
-
-class StatusError(GazetteError):
-    """A refusal the protocol names: `status` is a broker `Status` name."""
-
-    def __init__(self, status: str, message: str) -> None:
-        self.status = status
-        super().__init__(f"{status}: {message}")
 
 
 class AppendError(StatusError):
@@ -301,7 +294,7 @@ class Replica:
                 if pipeline is not None:
                     pipeline.close()  # peers drop what is pending; the next append re-syncs
                 if isinstance(err, ReplicationFailed):
-                    raise AppendError(err.status, str(err)) from None
+                    raise AppendError(err.status, err.message) from None
                 if isinstance(err, ReplicationUncertain):
                     raise AppendUncertain(f"{self.spec.name}: {err}") from None
                 raise
@@ -370,7 +363,7 @@ class Replica:
                 self._roll_to(max(top.fragment.end, self.write_head))
                 await pipeline.propose(self._spool.fragment, self.registers)
         except ReplicationFailed as err:
-            raise AppendError(err.status, str(err)) from None
+            raise AppendError(err.status, err.message) from None
         except ReplicationUncertain as err:  # a roll commits no content
             raise AppendError("REPLICATION_FAILED", str(err)) from None
         self._pipeline = pipeline
