@@ -197,7 +197,7 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                 await eventually(lambda: route_ok(3), f"{b.name} rejoined the route", 40)
 
             await progress()
-            for round_ in range(2):  # SIGKILL the primary, twice
+            for round_ in range(2):
                 victim = primary()
                 assert victim is not None
                 await asyncio.to_thread(victim.process.kill)
@@ -212,14 +212,14 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                                  "another broker is primary", 3 * LEASE_TTL)
                 await restart(victim)
                 await progress()
-                if round_ == 0:  # SIGTERM a broker that is not the primary
-                    other = next(b for b in brokers if b is not primary())
-                    await asyncio.to_thread(other.process.stop, 30.0)
-                    faults.append(f"SIGTERM {other.name}")
-                    assert other.process.popen is not None
-                    assert other.process.popen.returncode == 0, "a drained broker exits 0"
-                    await restart(other)
-                    await progress()
+                # SIGTERM (drain) a broker that is not the primary, then the primary.
+                other = next(b for b in brokers if (b is primary()) == (round_ == 1))
+                await asyncio.to_thread(other.process.stop, 30.0)
+                faults.append(f"SIGTERM {other.name}{' (primary)' if round_ else ''}")
+                assert other.process.popen is not None
+                assert other.process.popen.returncode == 0, "a drained broker exits 0"
+                await restart(other)
+                await progress()
             await asyncio.to_thread(etcd.restart)
             faults.append("etcd restart")
             await progress()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from prometheus_client import Counter
 
 from gazette.allocator import Route
 from gazette.client.wire import CHANNEL_OPTIONS, parse_address
@@ -28,6 +29,12 @@ from gazette.protocol import ProcessId, labels_to_pb
 from gazette.protocol.content import encode_replicate_content, encode_replicate_request
 from gazette_broker.errors import StatusError
 
+PIPELINES = Counter("gazette_broker_pipelines_opened_total",
+                    "Replication pipelines opened by primaries")
+REPLICATION_FAILURES = Counter("gazette_broker_replication_failures_total",
+                               "Replications that failed, by whether peers may hold the "
+                               "append (uncertain) or not (failed)", ["outcome"])
+
 REPLICATE_METHOD = "/gazette.broker.Journal/Replicate"
 #: How long a peer may take to answer a proposal.
 PROPOSAL_TIMEOUT = 10.0
@@ -36,9 +43,17 @@ PROPOSAL_TIMEOUT = 10.0
 class ReplicationFailed(StatusError):
     """Replication failed before a commit was proposed: nothing was committed."""
 
+    def __init__(self, status: str, message: str) -> None:
+        REPLICATION_FAILURES.labels("failed").inc()
+        super().__init__(status, message)
+
 
 class ReplicationUncertain(Exception):
     """A commit was proposed but not acknowledged by every peer: some may hold it."""
+
+    def __init__(self, message: str) -> None:
+        REPLICATION_FAILURES.labels("uncertain").inc()
+        super().__init__(message)
 
 
 class Channels:
@@ -91,6 +106,7 @@ class Pipeline:
                 response_deserializer=pb.ReplicateResponse.FromString)
             opened.append(_Peer(pid, endpoint, method()))  # type: ignore[call-arg]
         pipeline = cls(journal, route, opened)
+        PIPELINES.inc()
         first = pb.ReplicateRequest(header=header, journal=journal,
                                     proposal=fragment_to_pb(proposal),
                                     registers=labels_to_pb(registers), acknowledge=True)

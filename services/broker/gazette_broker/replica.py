@@ -65,6 +65,10 @@ APPENDS = Counter("gazette_broker_appends_total", "Appends answered, by status",
 APPEND_BYTES = Counter("gazette_broker_append_bytes_total", "Bytes of committed appends")
 READ_BYTES = Counter("gazette_broker_read_bytes_total", "Bytes served to readers")
 ROLLS = Counter("gazette_broker_fragments_rolled_total", "Spools closed into fragments")
+REPLICATED_BYTES = Counter("gazette_broker_replicated_bytes_total",
+                           "Bytes committed into this broker's spools as a peer")
+SYNC_ROLLS = Counter("gazette_broker_sync_rolls_total",
+                     "Pipeline syncs that rolled every replica past peers' fragments")
 
 #: Largest append accepted unless the broker is configured otherwise.
 DEFAULT_MAX_APPEND_SIZE = 256 << 20
@@ -357,6 +361,7 @@ class Replica:
                 # proposals): everyone rolls to a new, empty fragment past the furthest
                 # of them. Content beyond our own was never acknowledged; it stays
                 # wherever it is, and is persisted from there.
+                SYNC_ROLLS.inc()
                 top = max(mismatched, key=lambda r: r.fragment.end)
                 if top.fragment.end > self.write_head:
                     self.registers = labels_from_pb(top.registers, "registers")
@@ -718,6 +723,7 @@ class Replica:
         spool = self._spool
         if spool.written != spool.end:
             if _same(proposal, spool.pending):
+                REPLICATED_BYTES.inc(spool.written - spool.end)
                 spool.commit()
                 self._index.add_local(spool.fragment)
                 self.registers = labels_from_pb(request.registers, "registers")

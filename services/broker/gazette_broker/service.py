@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import grpc
+from prometheus_client import Counter
 
 from gazette import names
 from gazette.allocator import route_from_pb
@@ -61,6 +62,9 @@ from gazette_broker.replica import AppendError, AppendUncertain, ReadError, Repl
 from gazette_broker.resolver import Resolution, Resolver
 
 log = logging.getLogger(__name__)
+
+FORWARDED = Counter("gazette_broker_forwarded_total",
+                    "Requests forwarded to the broker that serves their journal", ["rpc"])
 
 
 class AppendAborted(Exception):
@@ -336,6 +340,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         the commit message is known to have written nothing: NO_JOURNAL_PRIMARY_BROKER,
         retried by clients; after it, the outcome is unknown: UNAVAILABLE)."""
         assert self.channels is not None
+        FORWARDED.labels("Append").inc()
         call = self.channels.get(res.primary_endpoint).stream_unary(
             APPEND_METHOD, request_serializer=_as_is,
             response_deserializer=pb.AppendResponse.FromString)()  # type: ignore[call-arg]
@@ -417,6 +422,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                             context: Any) -> AsyncIterator[bytes]:
         """The read, served by the replica at `endpoint`, passed through as received."""
         assert self.channels is not None
+        FORWARDED.labels("Read").inc()
         forwarded = pb.ReadRequest()
         forwarded.CopyFrom(request)
         forwarded.do_not_proxy = True
@@ -491,6 +497,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 return pb.FragmentsResponse(status=pb.NOT_JOURNAL_BROKER,
                                             header=self._header(res=res))
             assert self.channels is not None
+            FORWARDED.labels("ListFragments").inc()
             forwarded = pb.FragmentsRequest()
             forwarded.CopyFrom(request)
             forwarded.do_not_proxy = True
