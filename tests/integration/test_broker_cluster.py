@@ -250,3 +250,53 @@ async def test_registers_survive_a_change_of_primary(cluster: list[BrokerServer]
         await client.append("cluster/r3", b"owner\n", check_registers=Selector.parse("owner=me"))
         with pytest.raises(BrokerError, match="REGISTER_MISMATCH"):
             await client.append("cluster/r3", b"x\n", check_registers=Selector.parse("owner=you"))
+
+
+async def test_bad_replication_streams_get_clear_answers(cluster: list[BrokerServer]) -> None:
+    await applied(cluster)
+    res = cluster[0].broker.resolver.resolve("cluster/r3")  # type: ignore[union-attr]
+    peer = next(s for s in cluster if s.id != res.route.primary_id)
+    header = peer.broker.resolver.header(res)  # type: ignore[union-attr]
+    async with grpc.aio.insecure_channel(peer.grpc_address) as ch:
+        stub = broker_pb2_grpc.JournalStub(ch)
+
+        async def first_reply(request: pb.ReplicateRequest) -> pb.ReplicateResponse:
+            call = stub.Replicate()
+            await call.write(request)
+            reply = await call.read()
+            call.cancel()
+            return reply  # type: ignore[no-any-return]
+
+        # A route this broker does not have: WRONG_ROUTE, with its own route.
+        stale = pb.Header()
+        stale.CopyFrom(header)
+        del stale.route.members[0]
+        stale.route.primary = 0
+        reply = await first_reply(pb.ReplicateRequest(header=stale, journal="cluster/r3"))
+        assert reply.status == pb.WRONG_ROUTE
+        assert len(reply.header.route.members) == 3
+        # A proposal that is not what the peer holds: PROPOSAL_MISMATCH, with what it holds.
+        held = peer.broker.replicas["cluster/r3"].spool.fragment
+        reply = await first_reply(pb.ReplicateRequest(
+            header=header, journal="cluster/r3", acknowledge=True,
+            proposal=pb.Fragment(journal="cluster/r3", begin=held.end, end=held.end + 10,
+                                 sha1=b"\x01" * 20, compression_codec=pb.NONE)))
+        assert reply.status == pb.PROPOSAL_MISMATCH
+        assert (reply.fragment.begin, reply.fragment.end) == (held.begin, held.end)
+        # Malformed: a bad journal name, a bad proposal.
+        for request, field in [
+            (pb.ReplicateRequest(header=header, journal="bad name"), "journal"),
+            (pb.ReplicateRequest(header=header, journal="cluster/r3", proposal=pb.Fragment(
+                journal="cluster/r3", begin=5, end=1, compression_codec=pb.NONE)),
+             "proposal"),
+        ]:
+            call = stub.Replicate()
+            await call.write(request)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert field in (err.value.details() or "")
+        # The peer still serves its primary: appends replicate as before.
+        async with JournalClient(peer.endpoint) as client:
+            await client.append("cluster/r3", b"still fine\n")
+        assert (await read_all(peer, "cluster/r3")).endswith(b"still fine\n")

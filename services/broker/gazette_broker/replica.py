@@ -159,8 +159,10 @@ class Replica:
         self.resolution: Resolution | None = None
         self._pipeline: Pipeline | None = None
         self._announced: Route | None = None
-        #: Set (and replaced) whenever the route changes: ends peer sessions of the old.
+        #: Set (and replaced) whenever the route changes or a peer session starts: peer
+        #: sessions then check whether they may go on.
         self._route_changed = asyncio.Event()
+        self._sessions = 0  # peer sessions started: the latest one is served
         self._pulse = asyncio.Event()  # the primary should sync its pipeline now
         self._gaps: list[_Gap] = []
         self._last_gap_refresh = 0.0
@@ -325,8 +327,7 @@ class Replica:
         old, self.resolution = self.resolution, res
         if old is not None and (old.route, old.endpoints) == (res.route, res.endpoints):
             return
-        self._route_changed.set()
-        self._route_changed = asyncio.Event()
+        self._wake_sessions()
         if self.is_primary:
             self._pulse.set()
 
@@ -648,7 +649,14 @@ class Replica:
         drop) it at each proposal, until the stream ends or our route changes (then
         WRONG_ROUTE: the primary must sync under the new one)."""
         primary = self.resolution.route.primary_id if self.resolution else None
+        # The newest stream wins: a primary opens one only after giving up the last
+        # (which may linger, half-open, until keepalives notice).
+        self._sessions += 1
+        session = self._sessions
+        self._wake_sessions()
         async with self._lock:
+            if session != self._sessions:
+                return  # superseded while waiting
             await reply(self._on_proposal(first))
             summer: ThreadedSha1 | None = None
             changed: asyncio.Future[Any] = asyncio.ensure_future(self._route_changed.wait())
@@ -659,6 +667,10 @@ class Replica:
                         nxt = asyncio.ensure_future(anext(requests))
                     await asyncio.wait({nxt, changed}, return_when=asyncio.FIRST_COMPLETED)
                     if changed.done():
+                        if session != self._sessions:  # superseded by a newer stream
+                            nxt.cancel()
+                            self._spool.rollback()
+                            return
                         # Another route: the session goes on only while its primary is
                         # still the primary (and we a member). It will sync under the
                         # new route after this append; another primary never commits
@@ -708,6 +720,12 @@ class Replica:
                 changed.cancel()
                 if nxt is not None:
                     nxt.cancel()
+
+    def _wake_sessions(self) -> None:
+        """Have peer sessions check whether they may go on (route changed, or a newer
+        session came)."""
+        self._route_changed.set()
+        self._route_changed = asyncio.Event()
 
     def _serves(self, primary: ProcessId | None) -> bool:
         """Whether a peer session of `primary` may go on under the current route."""

@@ -482,7 +482,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.write(pb.ReplicateResponse(status=pb.NOT_JOURNAL_BROKER,
                                                      header=self._header(res=res)))
             return
-        await replica.replicate(first, requests, context.write)
+        try:
+            await replica.replicate(first, requests, context.write)
+        except ValidationError as err:  # a malformed proposal: nothing was committed
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
 
     async def ListFragments(self, request: pb.FragmentsRequest, context: Any
                             ) -> pb.FragmentsResponse:
