@@ -91,6 +91,12 @@ class Broker:
 
     async def start(self) -> None:
         """Open replicas for the journals known now, and follow changes."""
+        leftovers = await asyncio.to_thread(_leftover_spools, self.spool_root)
+        if leftovers:
+            log.warning("%d spool files (%d bytes) are left in %s by an earlier broker that "
+                        "did not stop cleanly; they are not recovered (replicas on other "
+                        "brokers hold what was acknowledged) and may be removed",
+                        len(leftovers), sum(size for _, size in leftovers), self.spool_root)
         self._tasks["persister"] = asyncio.create_task(self.persister.run(), name="persister")
         self._unobserve = self.keyspace.observe(self._on_change)
         await self.sync()
@@ -230,3 +236,9 @@ class Broker:
             await store.close()
         await self.channels.close()
         self.hasher.shutdown(wait=False)  # its work is awaited by the appends
+
+
+def _leftover_spools(root: Path) -> list[tuple[Path, int]]:
+    if not root.is_dir():
+        return []
+    return [(p, p.stat().st_size) for p in root.rglob("spool-*") if p.is_file()]
