@@ -56,3 +56,30 @@ def test_a_primary_change_rewrites_both_slots_once_consistent() -> None:
         [key("j/one", "z1", "a", 0), key("j/one", "z2", "c", 1)])
     assert sorted(k for k, _ in steps.puts) == sorted(
         [key("j/one", "z2", "c", 0), key("j/one", "z1", "a", 1)])
+
+
+def test_an_item_whose_primary_died_gets_one_at_once() -> None:
+    # A (the primary) is gone: B is promoted now, without waiting for consistency
+    # (with no primary, nothing could make the item consistent).
+    st = state({"j/one": [assignment("j/one", B, 1)]})
+    st.members.pop(A)
+    sol = Solution({"j/one": (B, C), "j/two": ()}, added=1, removed=0)
+    steps = plan(st, LAYOUT, sol, lambda *_: False)
+    key = LAYOUT.assignment_key
+    assert sorted(k for k, _ in steps.puts) == sorted(
+        [key("j/one", "z1", "b", 0), key("j/one", "z2", "c", 1)])
+    assert [a.key for a in steps.deletes] == [key("j/one", "z1", "b", 1)]
+
+
+def test_a_newcomer_never_makes_a_second_primary() -> None:
+    # The solution makes C primary while A still is: C joins at a spare slot first, and
+    # takes slot 0 only when A's removal may happen too.
+    st = state({"j/two": [assignment("j/two", A, 0)]})
+    sol = Solution({"j/one": (), "j/two": (C,)}, added=1, removed=1)
+    steps = plan(st, LAYOUT, sol, lambda *_: False)
+    [(put, _)] = steps.puts
+    assert LAYOUT.parse(put).slot > 0 and steps.deletes == []  # type: ignore[union-attr]
+    st = state({"j/two": [assignment("j/two", A, 0), assignment("j/two", C, 2)]})
+    steps = plan(st, LAYOUT, sol, lambda *_: True)
+    assert [k for k, _ in steps.puts] == [LAYOUT.assignment_key("j/two", "z2", "c", 0)]
+    assert sorted(a.member.suffix for a in steps.deletes) == ["a", "c"]
