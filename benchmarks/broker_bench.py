@@ -25,6 +25,8 @@ Prints progress, then one JSON object as its last line:
 - ``append_r3_mb_per_s``: a cluster of three more brokers (two zones) on this machine,
   64 KiB appends (`AppendQueue`) to a journal of replication 3, sent to its primary;
   ``append_r3_via_peer_mb_per_s``: the same sent to another broker, which forwards them;
+  ``append_r3_routed_mb_per_s``: sent to that broker by a client with
+  ``route_appends=True``, which then goes to the primary itself;
 - ``failover_s``: from SIGKILL of a journal's primary (replication 2 of the three) to
   the next acknowledged append of a writer appending all along through another broker;
   ``lease_ttl_s``: the brokers' lease TTL (their default), which bounds it.
@@ -366,13 +368,14 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
                 direct, via_broker = await bench_fragments(client, stub)
                 log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
                     f"{via_broker:.0f} MB/s")
-        r3 = r3_via_peer = failover = 0.0
+        r3 = r3_via_peer = r3_routed = failover = 0.0
         if "cluster" in only:
             await asyncio.to_thread(os.sync)
-            r3, r3_via_peer, failover = await bench_cluster(etcd_endpoint, workdir)
+            r3, r3_via_peer, r3_routed, failover = await bench_cluster(etcd_endpoint,
+                                                                       workdir)
             log(f"replication 3 over three brokers: {r3:.0f} MB/s to the primary, "
-                f"{r3_via_peer:.0f} MB/s through a peer; failover {failover:.2f} s "
-                f"(lease TTL {DEFAULT_LEASE_TTL} s)")
+                f"{r3_via_peer:.0f} MB/s through a peer, {r3_routed:.0f} MB/s routed by "
+                f"the client; failover {failover:.2f} s (lease TTL {DEFAULT_LEASE_TTL} s)")
     finally:
         broker.terminate()
         await asyncio.wait_for(broker.wait(), 60)
@@ -392,6 +395,7 @@ async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, ob
         "read_fragments_vs_raw_write": round(direct / raw_write, 3) if raw_write else None,
         "append_r3_mb_per_s": round(r3),
         "append_r3_via_peer_mb_per_s": round(r3_via_peer),
+        "append_r3_routed_mb_per_s": round(r3_routed),
         "failover_s": round(failover, 2),
         "lease_ttl_s": DEFAULT_LEASE_TTL,
     }
@@ -413,8 +417,10 @@ async def start_cluster(etcd_endpoint: str, workdir: Path
     return procs
 
 
-async def bench_cluster(etcd_endpoint: str, workdir: Path) -> tuple[float, float, float]:
-    """(append_r3_mb_per_s, append_r3_via_peer_mb_per_s, failover_s)."""
+async def bench_cluster(etcd_endpoint: str, workdir: Path
+                        ) -> tuple[float, float, float, float]:
+    """(append_r3_mb_per_s, append_r3_via_peer_mb_per_s, append_r3_routed_mb_per_s,
+    failover_s)."""
     procs = await start_cluster(etcd_endpoint, workdir)
     layout = Layout(CLUSTER_PREFIX)
     try:
@@ -446,8 +452,10 @@ async def bench_cluster(etcd_endpoint: str, workdir: Path) -> tuple[float, float
                 assert time.monotonic() < deadline, "the journals were not assigned"
                 await asyncio.sleep(0.1)
             figures = []
-            for address in (r3[0], r3[1][0]):  # the primary, then a peer that forwards
-                async with JournalClient(address) as client:
+            # To the primary; through a peer that forwards; through a peer, with a client
+            # that learns the primary from the first answer and goes there.
+            for address, routed in ((r3[0], False), (r3[1][0], False), (r3[1][0], True)):
+                async with JournalClient(address, route_appends=routed) as client:
                     figures.append(await bench_append_queue(client, "cluster/r3",
                                                             CLUSTER_VOLUME))
             failover = await bench_failover(procs, fo[0])
@@ -456,7 +464,7 @@ async def bench_cluster(etcd_endpoint: str, workdir: Path) -> tuple[float, float
             if proc.returncode is None:
                 proc.terminate()
         await asyncio.gather(*(asyncio.wait_for(p.wait(), 60) for p in procs.values()))
-    return figures[0], figures[1], failover
+    return figures[0], figures[1], figures[2], failover
 
 
 async def bench_failover(procs: dict[str, asyncio.subprocess.Process],

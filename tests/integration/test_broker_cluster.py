@@ -298,3 +298,30 @@ async def test_bad_replication_streams_get_clear_answers(cluster: list[BrokerSer
         async with JournalClient(peer.endpoint) as client:
             await client.append("cluster/r3", b"still fine\n")
         assert (await read_all(peer, "cluster/r3")).endswith(b"still fine\n")
+
+
+async def test_a_routing_client_appends_straight_to_the_primary(
+    cluster: list[BrokerServer],
+) -> None:
+    from prometheus_client import REGISTRY
+
+    def forwarded() -> float:
+        return REGISTRY.get_sample_value("gazette_broker_forwarded_total",
+                                         {"rpc": "Append"}) or 0.0
+
+    await applied(cluster)
+    res = cluster[0].broker.resolver.resolve("cluster/r2")  # type: ignore[union-attr]
+    outsider = next(s for s in cluster if s.id not in res.route.members)
+    before = forwarded()
+    async with JournalClient(outsider.endpoint, route_appends=True) as client:
+        for i in range(20):
+            await client.append("cluster/r2", f"direct {i}\n".encode())
+        # The first append was forwarded and named the primary; the rest went there.
+        assert forwarded() - before == 1
+        # The primary leaves: the client falls back, learns the new one, goes on.
+        primary = next(s for s in cluster if s.id == res.route.primary_id)
+        await primary.stop()
+        for i in range(20, 40):
+            await client.append("cluster/r2", f"direct {i}\n".encode())
+        content = b"".join([c.content async for c in client.read("cluster/r2", 0)])
+    assert content == b"".join(f"direct {i}\n".encode() for i in range(40))

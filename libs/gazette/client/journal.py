@@ -19,6 +19,13 @@ could land twice:
 
 A reader resumes after a failure at the next offset it has not yielded, so it never
 yields a byte twice nor skips one.
+
+Routing. Any broker of a cluster takes any request and forwards it to the broker that
+serves the journal. With ``route_appends=True`` the client instead learns each journal's
+primary from the route in response headers and sends later appends of that journal
+straight to it (one hop less), falling back to its own address when the primary cannot
+be reached or the route changes. Brokers' advertised endpoints must then be reachable
+from the client.
 """
 
 from __future__ import annotations
@@ -224,6 +231,21 @@ class _Ahead:
                 await fetched.rest.aclose()
 
 
+class _Appender:
+    """The append calls of one channel (the client's own, or a primary's)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.stream: grpc.aio.StreamUnaryMultiCallable[
+            Content | pb.AppendRequest, pb.AppendResponse] = channel.stream_unary(
+                "/gazette.broker.Journal/Append", request_serializer=encode_append,
+                response_deserializer=pb.AppendResponse.FromString)
+        self.whole: grpc.aio.UnaryUnaryMultiCallable[
+            WholeAppend, pb.AppendResponse] = channel.unary_unary(
+                "/gazette.broker.Journal/AppendWhole", request_serializer=encode_append,
+                response_deserializer=pb.AppendResponse.FromString)
+
+
 class JournalClient:
     """A client of one broker (``async with JournalClient("localhost:8080") as c``).
 
@@ -236,8 +258,9 @@ class JournalClient:
 
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
                  channel_options: Sequence[tuple[str, Any]] = (),
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, route_appends: bool = False) -> None:
         self.address = parse_address(address)
+        self.route_appends = route_appends
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ValidationError("retry", f"expected a RetryPolicy, got {type(retry).__name__}")
         self.retry = retry or RetryPolicy()
@@ -246,17 +269,15 @@ class JournalClient:
         self.timeout = timeout
         options = dict(CHANNEL_OPTIONS)
         options.update(dict(channel_options))
-        self._channel = grpc.aio.insecure_channel(self.address, options=list(options.items()))
+        self._options = list(options.items())
+        self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
         self._stub = broker_pb2_grpc.JournalStub(self._channel)
         self._closed = False
-        self._append_rpc: grpc.aio.StreamUnaryMultiCallable[
-            Content | pb.AppendRequest, pb.AppendResponse] = self._channel.stream_unary(
-                "/gazette.broker.Journal/Append", request_serializer=encode_append,
-                response_deserializer=pb.AppendResponse.FromString)
-        self._append_whole_rpc: grpc.aio.UnaryUnaryMultiCallable[
-            WholeAppend, pb.AppendResponse] = self._channel.unary_unary(
-                "/gazette.broker.Journal/AppendWhole", request_serializer=encode_append,
-                response_deserializer=pb.AppendResponse.FromString)
+        self._broker = _Appender(self._channel)
+        #: With `route_appends`: journal -> its primary's gRPC target, and an appender
+        #: per target.
+        self._primaries: dict[str, str] = {}
+        self._appenders: dict[str, _Appender] = {}
         self._read_rpc: grpc.aio.UnaryStreamMultiCallable[
             pb.ReadRequest, ReadContent] = self._channel.unary_stream(
                 "/gazette.broker.Journal/Read",
@@ -272,7 +293,8 @@ class JournalClient:
         """Close the channel: RPCs still running end with `Unavailable` (code CLOSED),
         and so do calls made afterwards."""
         self._closed = True
-        await self._channel.close(None)
+        await asyncio.gather(self._channel.close(None),
+                             *(a.channel.close(None) for a in self._appenders.values()))
 
     async def __aenter__(self) -> JournalClient:
         return self
@@ -323,9 +345,12 @@ class JournalClient:
 
         uncertain = False
         while True:
+            appender = self._appender(journal)
             try:
-                resp = await self._attempt(first, messages)
+                resp = await self._attempt(first, messages, appender)
             except _AttemptFailed as failed:
+                if appender is not self._broker:  # back to our own address
+                    self._primaries.pop(journal, None)
                 # Only a transport failure leaves a sent commit in doubt: other codes are
                 # the broker's own refusals, made before anything was written.
                 uncertain = uncertain or (failed.committing and failed.err.code() in RETRYABLE)
@@ -341,6 +366,7 @@ class JournalClient:
                                               f"it failed: {exc}", expect) from exc
                     raise
                 continue
+            self._learn(journal, resp.header)
             if pb.Status.Name(resp.status) in RETRYABLE_STATUSES:
                 await backoff.wait_status(pb.Status.Name(resp.status))
                 continue
@@ -352,8 +378,33 @@ class JournalClient:
                                           f"back failed: {exc}", expect) from exc
             return self._result(journal, resp)
 
-    async def _attempt(self, first: pb.AppendRequest, messages: Sequence[Content]
-                       ) -> pb.AppendResponse:
+    def _appender(self, journal: str) -> _Appender:
+        """Where an append of `journal` goes: its primary, if known and routing."""
+        target = self._primaries.get(journal)
+        if target is None:
+            return self._broker
+        appender = self._appenders.get(target)
+        if appender is None:
+            channel = grpc.aio.insecure_channel(target, options=self._options)
+            appender = self._appenders[target] = _Appender(channel)
+        return appender
+
+    def _learn(self, journal: str, header: pb.Header) -> None:
+        """Remember the primary a response's route names (with `route_appends`)."""
+        route = header.route
+        if not self.route_appends or not 0 <= route.primary < len(route.endpoints):
+            return
+        try:
+            target = parse_address(route.endpoints[route.primary])
+        except ValidationError:
+            return
+        if target == self.address:
+            self._primaries.pop(journal, None)
+        else:
+            self._primaries[journal] = target
+
+    async def _attempt(self, first: pb.AppendRequest, messages: Sequence[Content],
+                       appender: _Appender | None = None) -> pb.AppendResponse:
         """One append RPC; `_AttemptFailed` on a transport failure.
 
         Content that fits one message goes in one AppendWhole call while the channel is
@@ -361,10 +412,11 @@ class JournalClient:
         no commit message sent apart, so any transport failure leaves it in doubt; while
         the channel is not connected, appends take the stream, whose failures before
         the commit are safely sent again."""
-        if (len(messages) == 1 and self._whole_appends and self._channel.get_state()
+        appender = appender or self._broker
+        if (len(messages) == 1 and self._whole_appends and appender.channel.get_state()
                 is grpc.ChannelConnectivity.READY):
             try:
-                return await self._append_whole_rpc(WholeAppend(first, messages[0]))
+                return await appender.whole(WholeAppend(first, messages[0]))
             except grpc.aio.AioRpcError as err:
                 if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
                     raise _AttemptFailed(err, committing=True) from err
@@ -376,10 +428,10 @@ class JournalClient:
             for msg in messages:
                 yield msg
 
-        return await self._send(first, send())
+        return await self._send(first, send(), appender)
 
-    async def _send(self, first: pb.AppendRequest, messages: AsyncIterator[Content]
-                    ) -> pb.AppendResponse:
+    async def _send(self, first: pb.AppendRequest, messages: AsyncIterator[Content],
+                    appender: _Appender | None = None) -> pb.AppendResponse:
         """Write an Append stream and commit it; the broker's answer, or `_AttemptFailed`
         (with whether the commit had been handed to gRPC) when the transport failed.
 
@@ -387,7 +439,7 @@ class JournalClient:
         write may fail because the call already ended; gRPC then reports INTERNAL from
         the write, while the call itself holds the broker's real answer. So a failed
         write is never the outcome: the call is (boundedly) awaited for it."""
-        call = self._append_rpc(None)
+        call = (appender or self._broker).stream(None)
         committing = False
         write_error: grpc.aio.AioRpcError | None = None
         try:
@@ -432,6 +484,7 @@ class JournalClient:
 
         try:
             resp = await self._send(first, send())
+            self._learn(journal, resp.header)
         except _AttemptFailed as failed:
             err = failed.err
             if failed.committing and err.code() in RETRYABLE:

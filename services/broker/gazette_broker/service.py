@@ -140,7 +140,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
     def _header(self, revision: int | None = None, res: Resolution | None = None
                 ) -> pb.Header:
         if self.resolver is not None:
-            return self.resolver.header(res)
+            header = self.resolver.header(res)
+            if revision is not None:  # e.g. an Apply's own revision
+                header.etcd.revision = revision
+            return header
         if revision is None:
             revision = self.keyspace.revision if self.keyspace is not None else 0
         return pb.Header(process_id=self._process_id, route=self._route,
