@@ -70,44 +70,42 @@ TAIL_BACKLOG, TAIL_STEP_SECONDS, TAIL_RUNS = 256 * MiB, 2.0, 5
 FRAGMENT_VOLUME = 256 * MiB
 TUNABLES = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 
-SPECS = """
-name: bench/
-replication: 1
-fragment:
+#: 64 MiB uncompressed fragments in the file store, rolled only by length.
+FRAGMENT_YAML = """fragment:
   length: 67108864
   compression_codec: NONE
   stores: ["file:///"]
   flush_interval: 1h
-  refresh_interval: 1h
+  refresh_interval: 1h"""
+
+SPECS = f"""
+name: bench/
+replication: 1
+{FRAGMENT_YAML}
 children:
   - name: bench/append
   - name: bench/append-rpc
   - name: bench/small
   - name: bench/tail-0
-    fragment: {length: 1073741824}
+    fragment: {{length: 1073741824}}
   - name: bench/tail-1
-    fragment: {length: 1073741824}
+    fragment: {{length: 1073741824}}
   - name: bench/tail-2
-    fragment: {length: 1073741824}
+    fragment: {{length: 1073741824}}
   - name: bench/tail-3
-    fragment: {length: 1073741824}
+    fragment: {{length: 1073741824}}
   - name: bench/tail-4
-    fragment: {length: 1073741824}
+    fragment: {{length: 1073741824}}
   - name: bench/fragments
 """
 
 
 CLUSTER_PREFIX = "/gazette/bench-cluster"
 CLUSTER_VOLUME = 1024 * MiB
-CLUSTER_SPECS = """
+CLUSTER_SPECS = f"""
 name: cluster/
 replication: 3
-fragment:
-  length: 67108864
-  compression_codec: NONE
-  stores: ["file:///"]
-  flush_interval: 1h
-  refresh_interval: 1h
+{FRAGMENT_YAML}
 children:
   - name: cluster/r3
   - name: cluster/failover
