@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -395,21 +395,27 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             if request.do_not_proxy or not endpoint:
                 yield pb.ReadResponse(status=pb.NOT_JOURNAL_BROKER, header=self._header(res=res))
                 return
-            async for raw in self._forward_read(res, endpoint, request, context):
-                yield raw
+            # Generators are closed here, when the read ends or is cancelled, not later
+            # by the garbage collector.
+            async with contextlib.aclosing(
+                    self._forward_read(res, endpoint, request, context)) as forwarded:
+                async for raw in forwarded:
+                    yield raw
             return
         try:
             if request.metadata_only:
                 yield await self._read_metadata(replica, request)
                 return
             first = True
-            async for chunk in replica.read(request.offset, block=request.block,
-                                            end_offset=request.end_offset):
-                yield ReadContent(pb.ReadResponse(
-                    status=pb.OK, header=self._header() if first else None,
-                    offset=chunk.offset, write_head=chunk.write_head,
-                    fragment=fragment_to_pb(chunk.fragment)), chunk.content)
-                first = False
+            async with contextlib.aclosing(replica.read(
+                    request.offset, block=request.block,
+                    end_offset=request.end_offset)) as chunks:
+                async for chunk in chunks:
+                    yield ReadContent(pb.ReadResponse(
+                        status=pb.OK, header=self._header() if first else None,
+                        offset=chunk.offset, write_head=chunk.write_head,
+                        fragment=fragment_to_pb(chunk.fragment)), chunk.content)
+                    first = False
         except ReadError as err:
             if err.status in pb.Status.keys():  # noqa: SIM118 - an enum wrapper, not a dict
                 yield pb.ReadResponse(status=pb.Status.Value(err.status),
@@ -422,7 +428,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
 
     async def _forward_read(self, res: Resolution, endpoint: str, request: pb.ReadRequest,
-                            context: Any) -> AsyncIterator[bytes]:
+                            context: Any) -> AsyncGenerator[bytes, None]:
         """The read, served by the replica at `endpoint`, passed through as received."""
         assert self.channels is not None
         FORWARDED.labels("Read").inc()
