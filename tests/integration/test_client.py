@@ -244,7 +244,7 @@ async def test_a_blocking_reader_follows_appends(client: JournalClient) -> None:
 
 async def test_a_reader_resumes_where_it_was_cut_off(
         client: JournalClient, relayed: JournalClient, relay: Relay) -> None:
-    data = os.urandom(6 * MiB)
+    data = os.urandom(16 * MiB)
     await client.append("test/a", data)
     got: list[ReadChunk] = []
     async with contextlib.aclosing(relayed.read("test/a", 100)) as chunks:
@@ -253,7 +253,9 @@ async def test_a_reader_resumes_where_it_was_cut_off(
             if len(got) in (1, 3):
                 relay.cut()
     assert joined(got) == data[100:]
-    assert relay.connections >= 3
+    # At least the first cut forced a new connection (by the second, what was left may
+    # already have been received: gRPC's flow-control window grows to several MiB).
+    assert relay.connections >= 2
 
     # A blocking reader too: cut while it waits, then appends arrive.
     followed: list[ReadChunk] = []
