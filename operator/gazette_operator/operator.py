@@ -26,13 +26,20 @@ from typing import Any
 import kopf
 from prometheus_client import Counter
 
-from gazette.allocator import Assignment, route_of
+from gazette.allocator import assignments_from, route_of
 from gazette.errors import GazetteError, ValidationError
 from gazette.keyspace import Etcd
-from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT, AssignmentKey
-from gazette.protocol import ProcessId
+from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT
 from gazette_operator.crds import GROUP, VERSION
-from gazette_operator.sync import JOURNAL_KIND, SHARD_KIND, Conflict, Declared, SpecWriter, declared
+from gazette_operator.sync import (
+    JOURNAL_KIND,
+    SHARD_KIND,
+    Conflict,
+    Declared,
+    SpecWriter,
+    declared,
+    route_names,
+)
 
 KINDS = {"journalspecs": JOURNAL_KIND, "shardspecs": SHARD_KIND}
 
@@ -190,17 +197,8 @@ async def _drift(**kwargs: Any) -> None:
 
 async def _route(memo: Any, d: Declared) -> tuple[str, list[str]]:
     """(primary, replicas) of a journal, from a range read of its assignments."""
-    prefix = d.layout.item_assignments(d.name)
-    result = await memo.etcd.get_prefix(prefix)
-    assigned = []
-    for kv in result.kvs:
-        key = d.layout.parse(kv.key)
-        if isinstance(key, AssignmentKey):
-            assigned.append(Assignment(key.item, ProcessId(key.zone, key.suffix), key.slot,
-                                       kv.value, kv.key, kv.mod_revision))
-    route = route_of(assigned)
-    members = [f"{m.zone}/{m.suffix}" for m in route.members]
-    return (members[route.primary] if route.primary >= 0 else ""), members
+    result = await memo.etcd.get_prefix(d.layout.item_assignments(d.name))
+    return route_names(route_of(assignments_from(d.layout, d.name, result.kvs)))
 
 
 def build_registry(drift_interval: float) -> kopf.OperatorRegistry:

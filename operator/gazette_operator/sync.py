@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gazette.allocator import assignments_of, route_of
+from gazette.allocator import Route, assignments_of, route_of
 from gazette.errors import ValidationError
 from gazette.keyspace import Etcd, KeySpace, Layout, Txn, TxnConflict
 from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT
@@ -131,7 +131,10 @@ def journal_route(keyspace: KeySpace[Any], layout: Layout, journal: str
                   ) -> tuple[str, list[str]]:
     """(primary, replicas) of `journal` as ``zone/suffix`` names, from its assignments
     in a mirror of the broker cluster's keyspace ("" and [] while unassigned)."""
-    route = route_of(assignments_of(keyspace, layout, journal))
+    return route_names(route_of(assignments_of(keyspace, layout, journal)))
+
+
+def route_names(route: Route) -> tuple[str, list[str]]:
+    """(primary, members) of `route` as ``zone/suffix`` names ("" without a primary)."""
     members = [f"{m.zone}/{m.suffix}" for m in route.members]
-    primary = members[route.primary] if route.primary >= 0 else ""
-    return primary, members
+    return (members[route.primary] if route.primary >= 0 else ""), members

@@ -30,6 +30,7 @@ from prometheus_client import Counter
 from gazette.allocator.solver import Member, Solution, solve
 from gazette.errors import ValidationError
 from gazette.keyspace import Etcd, Event, KeySpace, Layout, Txn, TxnConflict
+from gazette.keyspace.etcd import KeyValue
 from gazette.keyspace.layout import AssignmentKey, ItemKey, MemberKey
 from gazette.protocol import MemberSpec, ProcessId
 
@@ -125,13 +126,20 @@ def read_state(keyspace: KeySpace[Any], layout: Layout,
 
 
 def assignments_of(keyspace: KeySpace[Any], layout: Layout, item: str) -> list[Assignment]:
-    """The assignments of one `item`, by slot then member."""
+    """The assignments of one `item` in `keyspace`, by slot then member."""
+    return assignments_from(layout, item,
+                            [e.kv for e in keyspace.prefixed(layout.item_assignments(item))])
+
+
+def assignments_from(layout: Layout, item: str, kvs: Sequence[KeyValue]) -> list[Assignment]:
+    """The assignments of one `item` from its keys under ``layout.item_assignments``
+    (a keyspace's, or a range read's), by slot then member."""
     prefix = layout.item_assignments(item)
     out = []
-    for entry in keyspace.prefixed(prefix):
-        zone, suffix, slot = entry.kv.key[len(prefix):].split("#")
-        out.append(Assignment(item, ProcessId(zone, suffix), int(slot), entry.kv.value,
-                              entry.kv.key, entry.kv.mod_revision))
+    for kv in kvs:
+        zone, suffix, slot = kv.key[len(prefix):].split("#")
+        out.append(Assignment(item, ProcessId(zone, suffix), int(slot), kv.value, kv.key,
+                              kv.mod_revision))
     out.sort(key=lambda a: (a.slot, a.member))
     return out
 

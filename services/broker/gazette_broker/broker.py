@@ -147,6 +147,7 @@ class Broker:
         async with self._sync_lock:
             specs = {e.value.name: e.value for e in self.keyspace.prefixed(self.layout.items)
                      if isinstance(e.value, JournalSpec)}
+            declared = set(specs)
             if self.resolver is not None:
                 assigned = self.resolver.assigned()
                 specs = {name: spec for name, spec in specs.items() if name in assigned}
@@ -171,13 +172,9 @@ class Broker:
                 await replica.roll()  # hand the open spool to the persister
                 del self.replicas[name]
                 log.info("stopped serving %s (%s)", name,
-                         "unassigned" if name in self.keyspace_specs() else "spec deleted")
+                         "unassigned" if name in declared else "spec deleted")
             self._synced.set()
             self._synced = asyncio.Event()
-
-    def keyspace_specs(self) -> set[str]:
-        return {e.value.name for e in self.keyspace.prefixed(self.layout.items)
-                if isinstance(e.value, JournalSpec)}
 
     async def announce(self, journal: str, route: Route) -> bool:
         """Write `route` into every assignment of `journal` (the primary has synced

@@ -157,17 +157,6 @@ class Pipeline:
                 raise ReplicationFailed("REPLICATION_FAILED", why)
             raise ReplicationUncertain(why)
 
-    async def rollback(self, fragment: Fragment, registers: LabelSet) -> None:
-        """Tell every peer to drop the pending append (propose what is committed)."""
-        if not self._peers or self.broken:
-            return
-        request = pb.ReplicateRequest(proposal=fragment_to_pb(fragment),
-                                      registers=labels_to_pb(registers))
-        try:
-            await asyncio.gather(*(p.call.write(request) for p in self._peers))
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            self.close()
-
     async def _exchange(self, request: pb.ReplicateRequest) -> list[pb.ReplicateResponse]:
         async def one(peer: _Peer) -> pb.ReplicateResponse:
             await peer.call.write(request)

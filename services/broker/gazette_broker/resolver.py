@@ -27,9 +27,6 @@ class Resolution:
     endpoints: tuple[str, ...]
     revision: int
 
-    def endpoint(self, member: ProcessId) -> str:
-        return self.endpoints[self.route.members.index(member)]
-
     @property
     def primary_endpoint(self) -> str:
         return self.endpoints[self.route.primary] if self.route.primary >= 0 else ""
