@@ -125,6 +125,10 @@ class OperatorProcess:
         return self.proc.returncode
 
 
+async def has_peer(kube: Emulator, pod_id: str) -> bool:
+    return pod_id in peers(kube)
+
+
 async def in_etcd(etcd: Etcd, key: str) -> bool:
     return (await etcd.get(key))[1] is not None
 
@@ -165,16 +169,19 @@ async def test_of_two_replicas_one_acts_and_the_other_takes_over(
     low = OperatorProcess(kube, etcd_server.endpoint, etcd_prefix, tmp_path, "op-low",
                           PEERING_PRIORITY="100")
     await high.start()
-    await low.start()
     try:
-        await low.until(lambda: low.logged("Pausing operations in favour of"),
-                        "the lower replica pauses for the higher", 20)
-        assert {"op-high", "op-low"} <= set(peers(kube))
+        # kopf starts every replica paused and resumes one when the peering allows it.
+        await high.until(lambda: high.logged("Resuming operations"), "the replica acts", 20)
+        await low.start()
+        await low.until(lambda: has_peer(kube, "op-low"),
+                        "the second replica joins the peering", 20)
         await create(kube, example())
         key = f"{etcd_prefix}/items/example/journal"
         await high.until(lambda: in_etcd(etcd, key), f"{key} is in etcd", 20)
         assert "Handler 'sync' succeeded" in high.text()
-        assert "Handler 'sync' succeeded" not in low.text()
+        # The lower replica saw the higher one from the start: it never acted.
+        assert "Resuming operations" not in low.text()
+        assert "Handler 'sync'" not in low.text()
         assert await high.stop() == 0
         await low.until(lambda: low.logged("Resuming operations"),
                         "the lower replica resumes", 20)

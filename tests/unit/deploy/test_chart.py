@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gazette.errors import ValidationError
+from gazette.protocol import JournalSpec
 from gazette_operator.sync import declared
 from tests.fixtures.helm import Helm
 
@@ -277,3 +278,15 @@ def test_a_bad_journal_in_values_is_refused_by_the_crd_schema(helm: Helm) -> Non
     assert errors == ["spec.replication"]
     with pytest.raises(ValidationError, match=r"spec\.replication"):
         declared("JournalSpec", journal["spec"])
+
+
+def test_the_documented_values_example_renders_valid_journals(helm: Helm,
+                                                              tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    [example] = [block.split("```")[0] for block in text.split("```yaml\n")[1:]]
+    values = tmp_path / "values.yaml"
+    values.write_text(example + "minio: {enabled: true}\n")
+    [journal] = of_kind(render(helm, values), "JournalSpec")
+    assert journal["metadata"]["name"] == "clicks-part-000"
+    spec = declared("JournalSpec", journal["spec"]).spec
+    assert isinstance(spec, JournalSpec) and spec.replication == 3
