@@ -7,6 +7,7 @@ the etcd endpoint, probes, least-privilege RBAC); bad values fail with the key's
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,7 @@ def test_the_broker_zone_comes_from_the_node_label(helm: Helm) -> None:
     shared = {m["name"] for m in init["volumeMounts"]} & {m["name"] for m in main["volumeMounts"]}
     assert shared == {"zone"}
     # Only the init container holds the API token, and the broker may only get nodes.
+    assert main["command"][:2] == ["/bin/sh", "-c"]
     assert pod["automountServiceAccountToken"] is False
     assert "kube-api" not in {m["name"] for m in main["volumeMounts"]}
     [role] = [r for r in of_kind(objects, "ClusterRole") if "broker" in r["metadata"]["name"]]
@@ -290,3 +292,19 @@ def test_the_documented_values_example_renders_valid_journals(helm: Helm,
     assert journal["metadata"]["name"] == "clicks-part-000"
     spec = declared("JournalSpec", journal["spec"]).spec
     assert isinstance(spec, JournalSpec) and spec.replication == 3
+
+
+def test_the_broker_command_passes_the_zone_file_on(helm: Helm, tmp_path: Path) -> None:
+    """The rendered shell command, run by /bin/sh with the zone file and `gazette` stubbed:
+    the broker starts with BROKER_ZONE from the file."""
+    [main] = named(render(helm, None), "Deployment", "-broker")["spec"]["template"]["spec"][
+        "containers"]
+    zone = tmp_path / "zone"
+    zone.write_text("eu-west-1a")
+    stub = tmp_path / "gazette"
+    stub.write_text('#!/bin/sh\necho "$@ in $BROKER_ZONE"\n')
+    stub.chmod(0o755)
+    script = main["command"][-1].replace("/var/run/gazette/zone", str(zone))
+    proc = subprocess.run([*main["command"][:-1], script], capture_output=True, text=True,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=True, timeout=30)
+    assert proc.stdout == "serve in eu-west-1a\n"
