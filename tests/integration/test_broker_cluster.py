@@ -269,6 +269,7 @@ async def test_bad_replication_streams_get_clear_answers(cluster: list[BrokerSer
         stale = pb.Header()
         stale.CopyFrom(header)
         del stale.route.members[0]
+        del stale.route.endpoints[0]
         stale.route.primary = 0
         reply = await first_reply(pb.ReplicateRequest(header=stale, journal="cluster/r3"))
         assert reply.status == pb.WRONG_ROUTE

@@ -465,7 +465,7 @@ async def test_list_apply_and_watch(broker: BrokerServer, client: JournalClient)
     listing = await client.list("prefix=test/")
     assert [j.spec.name for j in listing.journals] == ["test/a", "test/b", "test/raw"]
     assert listing.revision > 0
-    assert all(j.route.primary_member for j in listing.journals)
+    assert all(j.route.primary_id for j in listing.journals)
 
     updates: asyncio.Queue[Any] = asyncio.Queue()
 

@@ -7,17 +7,16 @@ from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, U
 from gazette.client.fetch import FetchError, fetch_fragment
 from gazette.client.journal import (
     AppendContent,
-    AppendResult,
     FragmentInfo,
     JournalClient,
     ListedJournal,
     Listing,
-    ReadChunk,
-    Route,
 )
 from gazette.client.queue import AppendQueue, QueueClosed
+from gazette.client.results import AppendResult, ReadChunk
 from gazette.client.retry import RetryPolicy
 from gazette.client.wire import parse_address
+from gazette.protocol import Route
 
 __all__ = [
     "AppendContent",

@@ -46,6 +46,7 @@ from gazette import names
 from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
 from gazette.client.fetch import fetch_fragment
 from gazette.client.metrics import APPEND_BYTES, APPENDS, READ_BYTES
+from gazette.client.results import AppendResult, ReadChunk
 from gazette.client.retry import (
     RETRYABLE,
     RETRYABLE_STATUSES,
@@ -69,11 +70,12 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import (
     JournalSpec,
-    ProcessId,
+    Route,
     journal_spec_from_pb,
     journal_spec_to_pb,
     labels_from_pb,
     labels_to_pb,
+    route_from_pb,
     selector_to_pb,
 )
 from gazette.protocol.content import ReadContent, decode_read_response
@@ -87,55 +89,6 @@ log = logging.getLogger(__name__)
 AppendContent = bytes | bytearray | memoryview | Iterable[bytes] | AsyncIterable[bytes]
 
 _COMMIT = pb.AppendRequest()  # an empty content message commits the append
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    """A committed append: `commit` spans its bytes [begin, end) with the SHA-1 of just
-    its content; `registers` are the journal's registers after it."""
-
-    commit: Fragment
-    registers: LabelSet
-
-
-@dataclass(frozen=True)
-class ReadChunk:
-    """`content` of the journal starting at `offset`, out of `fragment`; `write_head` as
-    of this chunk (how far behind the head a reader is)."""
-
-    offset: int
-    content: bytes
-    fragment: Fragment
-    write_head: int
-
-    @property
-    def end(self) -> int:
-        return self.offset + len(self.content)
-
-
-@dataclass(frozen=True)
-class Route:
-    """The brokers serving a journal: `members` as ``zone/suffix`` (sorted), the index
-    of the `primary` among them (-1: none) and their `endpoints` (index-aligned, may be
-    empty). A journal no broker serves has the empty route."""
-
-    members: tuple[str, ...] = ()
-    primary: int = -1
-    endpoints: tuple[str, ...] = ()
-
-    @property
-    def primary_member(self) -> str:
-        """The primary's ``zone/suffix`` ("" if none)."""
-        return self.members[self.primary] if 0 <= self.primary < len(self.members) else ""
-
-    @property
-    def member_ids(self) -> tuple[ProcessId, ...]:
-        return tuple(ProcessId(*m.split("/", 1)) for m in self.members)
-
-    @classmethod
-    def from_pb(cls, msg: pb.Route) -> Route:
-        return cls(tuple(f"{m.zone}/{m.suffix}" for m in msg.members), msg.primary,
-                   tuple(msg.endpoints))
 
 
 @dataclass(frozen=True)
@@ -875,7 +828,7 @@ def _listing(resp: pb.ListResponse) -> Listing:
     if resp.status != pb.OK:
         raise BrokerError(pb.Status.Name(resp.status), "", "listing journals")
     journals = [ListedJournal(journal_spec_from_pb(j.spec), j.mod_revision, j.create_revision,
-                              Route.from_pb(j.route) if j.HasField("route") else Route())
+                              route_from_pb(j.route) if j.HasField("route") else Route())
                 for j in resp.journals]
     journals.sort(key=lambda j: j.spec.name)
     return Listing(resp.header.etcd.revision, journals)

@@ -21,8 +21,9 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from gazette import names
-from gazette.client.journal import AppendResult, JournalClient
+from gazette.client.journal import JournalClient
 from gazette.client.metrics import APPEND_RPCS
+from gazette.client.results import AppendResult
 from gazette.errors import GazetteError, ValidationError
 
 log = logging.getLogger(__name__)

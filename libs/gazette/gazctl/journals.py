@@ -100,17 +100,12 @@ async def _all(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
         raise first from None
 
 
-def _suffix(member: str) -> str:
-    return member.split("/", 1)[-1]
-
-
 # -- list -----------------------------------------------------------------------------
 
 
 def route_to_dict(route: Route) -> dict[str, Any]:
     """A route as JSON: members as ``{"zone", "suffix"}``, the primary's index."""
-    return {"members": [dict(zip(("zone", "suffix"), m.split("/", 1), strict=False))
-                        for m in route.members],
+    return {"members": [{"zone": m.zone, "suffix": m.suffix} for m in route.members],
             "primary": route.primary, "endpoints": list(route.endpoints)}
 
 
@@ -134,9 +129,9 @@ def journals_table(journals: Sequence[ListedJournal], *, primary: bool = False,
         if rf:
             row.append(str(j.spec.replication))
         if primary:
-            row.append(_suffix(route.primary_member) if route.primary_member else "")
+            row.append(route.primary_id.suffix if route.primary_id else "")
         if replicas:
-            row.append(",".join(_suffix(m) for i, m in enumerate(route.members)
+            row.append(",".join(m.suffix for i, m in enumerate(route.members)
                                 if i != route.primary))
         if stores:
             row.append(",".join(j.spec.fragment.stores))

@@ -29,15 +29,18 @@ from gazette.protocol.journal_spec import (
     validate_store_url,
 )
 from gazette.protocol.member_spec import MemberSpec, ProcessId
+from gazette.protocol.route import EMPTY_ROUTE, Route, route_from_pb
 from gazette.protocol.shard_spec import ShardSource, ShardSpec
 
 __all__ = [
+    "EMPTY_ROUTE",
     "CompressionCodec",
     "FragmentSpec",
     "JournalFlags",
     "JournalSpec",
     "MemberSpec",
     "ProcessId",
+    "Route",
     "ShardSource",
     "ShardSpec",
     "Suspend",
@@ -52,6 +55,7 @@ __all__ = [
     "labels_from_pb",
     "labels_to_pb",
     "parse_duration",
+    "route_from_pb",
     "selector_from_pb",
     "selector_to_pb",
     "shard_spec_from_pb",

@@ -27,12 +27,12 @@ import prometheus_client
 from aiohttp import web
 
 from gazette import names
-from gazette.client import JournalClient
+from gazette.client import JournalClient, ReadChunk
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.fragment.store import StoreError
-from gazette_broker.replica import AppendError, ReadChunk, ReadError, Replica
+from gazette_broker.replica import AppendError, ReadError, Replica
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,8 @@ from typing import Any
 from prometheus_client import Counter
 
 from gazette.allocator import Route
-from gazette.errors import GazetteError
+from gazette.client.errors import AppendUncertain
+from gazette.client.results import AppendResult, ReadChunk
 from gazette.fragment import Fragment, FragmentIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
 from gazette.fragment.fragment import fragment_from_pb, fragment_to_pb
@@ -88,35 +89,12 @@ class AppendError(StatusError):
     """An append was refused; nothing was written."""
 
 
-class AppendUncertain(GazetteError):
-    """Replication of an append's commit failed part-way: peers may hold it."""
-
-
 class ReadError(StatusError):
     """A read that cannot be served (yet)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ReadChunk:
-    """Content of the journal from `offset`, out of `fragment`."""
-
-    offset: int
-    content: bytes
-    fragment: Fragment
-    write_head: int
-
-
 #: Largest chunk a read yields at once (large messages are cheaper per byte over gRPC).
 READ_CHUNK = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """The committed append: its fragment (begin, end, SHA-1 of its own content) and the
-    journal's registers after it."""
-
-    commit: Fragment
-    registers: LabelSet
 
 
 @dataclass(frozen=True)
@@ -302,7 +280,7 @@ class Replica:
                 if isinstance(err, ReplicationFailed):
                     raise AppendError(err.status, err.message) from None
                 if isinstance(err, ReplicationUncertain):
-                    raise AppendUncertain(f"{self.spec.name}: {err}") from None
+                    raise AppendUncertain(self.spec.name, str(err)) from None
                 raise
             spool.commit()
             self._index.add_local(spool.fragment)

@@ -80,6 +80,7 @@ class Resolver:
         if res is None:
             return pb.Header(process_id=self.me_pb,
                              etcd=pb.Header.Etcd(revision=self.keyspace.revision))
-        return pb.Header(process_id=self.me_pb, route=res.route.to_pb(res.endpoints),
+        return pb.Header(process_id=self.me_pb,
+                         route=res.route.with_endpoints(res.endpoints).to_pb(),
                          etcd=pb.Header.Etcd(revision=res.revision))
 

@@ -27,6 +27,7 @@ from prometheus_client import Counter
 
 from gazette import names
 from gazette.allocator import route_from_pb
+from gazette.client.errors import AppendUncertain
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment
 from gazette.fragment.fragment import fragment_to_pb
@@ -58,7 +59,7 @@ from gazette.protocol.content import (
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
 from gazette_broker.pipeline import Channels
-from gazette_broker.replica import AppendError, AppendUncertain, ReadError, Replica
+from gazette_broker.replica import AppendError, ReadError, Replica
 from gazette_broker.resolver import Resolution, Resolver
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 route: pb.Route | None = None
                 if self.resolver is not None:
                     res = self.resolver.resolve(spec.name)
-                    route = res.route.to_pb(res.endpoints)
+                    route = res.route.with_endpoints(res.endpoints).to_pb()
                 else:
                     route = self._route if spec.name in self.replicas else None
                 journals.append(pb.ListResponse.Journal(
@@ -328,8 +329,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         except AppendError as err:
             return pb.AppendResponse(status=pb.Status.Value(err.status), header=header)
         except AppendUncertain as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"{err}: the append may or may not have committed")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except AppendAborted as err:
             await context.abort(grpc.StatusCode.CANCELLED, f"{err}: nothing was appended")
         return pb.AppendResponse(status=pb.OK, header=header,
@@ -481,7 +481,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         res, replica = await self._resolve(first.journal, first.header, context)
         assert res is not None
-        if res.route != theirs:
+        if res.route != theirs.with_endpoints(()):
             log.info("replication of %s refused: its route %s is not ours %s (revision %d)",
                      first.journal, theirs, res.route, res.revision)
             await context.write(pb.ReplicateResponse(status=pb.WRONG_ROUTE,

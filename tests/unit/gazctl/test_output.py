@@ -26,7 +26,7 @@ from gazette.gazctl.output import (
     table,
 )
 from gazette.labels import LabelSet
-from gazette.protocol import CompressionCodec, JournalSpec
+from gazette.protocol import CompressionCodec, JournalSpec, ProcessId
 
 SHA1 = bytes.fromhex("92a7ee0e4be7a03fd1a3224055a9d6b7bbd6125e")
 
@@ -152,7 +152,8 @@ def _listed(name: str, route: Route | None = None) -> ListedJournal:
 
 
 def test_journals_table_columns() -> None:
-    route = Route(("local/busy-walrus", "local/other"), 0, ("http://a:1", "http://b:2"))
+    route = Route((ProcessId("local", "busy-walrus"), ProcessId("local", "other")), 0,
+                  ("http://a:1", "http://b:2"))
     out = journals_table([_listed("example/journal", route), _listed("foobar/part-000")],
                          primary=True, replicas=True, rf=True, stores=True,
                          labels=["region"])
@@ -167,7 +168,7 @@ def test_journals_table_columns() -> None:
 
 
 def test_journal_json() -> None:
-    route = Route(("local/busy-walrus",), 0, ("http://a:1",))
+    route = Route((ProcessId("local", "busy-walrus"),), 0, ("http://a:1",))
     out = journal_to_dict(_listed("example/journal", route))
     assert out["name"] == "example/journal" and out["spec"]["name"] == "example/journal"
     assert out["mod_revision"] == 7 and out["create_revision"] == 5
