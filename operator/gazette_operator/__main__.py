@@ -9,7 +9,8 @@ Environment: ``ETCD_ADDRESS``, ``BROKER_ETCD_PREFIX``, ``CONSUMER_ETCD_PREFIX``,
 
 Credentials for the Kubernetes API come from the pod's service account, else from
 ``$KUBECONFIG`` (or ``~/.kube/config``): kopf's own login functions, registered here
-because kopf adds them by itself only to its default registry, not to ours.
+because kopf adds them by itself only to its default registry, not to ours. Without any,
+or with a bad environment value, it exits 1 with one line saying what is wrong.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import argparse
 import logging
 import os
 import secrets
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import kopf
 import prometheus_client
@@ -63,6 +66,66 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+_N = TypeVar("_N", int, float)
+
+#: Where kopf's service-account login reads the pod's token.
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def missing_credentials(settings: kopf.OperatorSettings) -> str | None:
+    """What is missing when neither of kopf's logins finds credentials, else None.
+
+    Checked with kopf's own login functions before kopf starts: finding none, kopf logs
+    about a hundred lines of tracebacks, and none of them says where it looked."""
+    try:
+        if kopf.login_with_service_account(settings=settings) is not None:
+            return None
+        account = f"no service account token at {SERVICE_ACCOUNT_TOKEN}"
+    except OSError as err:
+        account = f"cannot read the service account token {err.filename}: {err.strerror}"
+    kubeconfig = os.environ.get("KUBECONFIG")
+    where = f"$KUBECONFIG={kubeconfig}" if kubeconfig else "~/.kube/config"
+    try:
+        if kopf.login_with_kubeconfig(settings=settings) is not None:
+            return None
+        config = ("no kubeconfig ($KUBECONFIG is unset and "
+                  f"{os.path.expanduser('~/.kube/config')} does not exist)")
+    except OSError as err:
+        config = f"{where}: cannot read {err.filename}: {err.strerror}"
+    except Exception as err:  # noqa: BLE001 - malformed: bad YAML, no context, a missing entry
+        config = f"{where} is not a usable kubeconfig ({type(err).__name__}: {_one_line(err)})"
+    return (f"gazette_operator: no Kubernetes credentials: {account}, and {config}; run it "
+            "in a pod with a service account, or set KUBECONFIG to a kubeconfig file")
+
+
+def _number(env: dict[str, str], name: str, default: str, kind: Callable[[str], _N]) -> _N:
+    """`env[name]` as a number; a bad value exits with one line rather than a traceback."""
+    raw = env.get(name) or default
+    try:
+        return kind(raw)
+    except ValueError:
+        noun = "an integer" if kind is int else "a number"
+        raise SystemExit(f"gazette_operator: {name}={raw!r} is not {noun}") from None
+
+
+def _check_port(name: str, port: int) -> None:
+    """Exit with one line if `port` cannot be listened on: kopf would find out only once
+    running, and stop with a traceback."""
+    if port == 0:
+        return
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp does
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as err:
+            raise SystemExit(f"gazette_operator: cannot listen on {name}={port}: "
+                             f"{err.strerror}") from None
+
+
 def entrypoint_registry(drift_interval: float) -> kopf.OperatorRegistry:
     """`build_registry` plus kopf's login functions: service account, then kubeconfig.
 
@@ -77,28 +140,39 @@ def entrypoint_registry(drift_interval: float) -> kopf.OperatorRegistry:
 
 
 async def run(env: dict[str, str]) -> None:
+    _number(env, "DRIFT_INTERVAL", "30", float)
     config = Config(env)
     namespaces = [n for n in env.get("WATCH_NAMESPACES", "").split(",") if n]
     peering = env.get("PEERING_NAME", "gazette-operator")
     # kopf pauses every replica of a tie; a random priority elects one of them.
+    priority = _number(env, "PEERING_PRIORITY", str(secrets.randbelow(2**31 - 1) + 1), int)
+    health = _number(env, "HEALTH_PORT", "8080", int)
+    metrics = _number(env, "METRICS_PORT", "9090", int)
+    _check_port("HEALTH_PORT", health)
     try:
-        priority = int(env.get("PEERING_PRIORITY") or secrets.randbelow(2**31 - 1) + 1)
-    except ValueError:
-        raise SystemExit(f"gazette_operator: PEERING_PRIORITY={env['PEERING_PRIORITY']!r} "
-                         "is not an integer") from None
-    prometheus_client.start_http_server(int(env.get("METRICS_PORT", "9090")))
+        prometheus_client.start_http_server(metrics)
+    except OSError as err:
+        raise SystemExit(f"gazette_operator: cannot serve metrics on METRICS_PORT={metrics}: "
+                         f"{err.strerror}") from None
     await kopf.operator(
         registry=entrypoint_registry(config.drift_interval),
         clusterwide=not namespaces, namespaces=namespaces,
         peering_name=peering or None, standalone=not peering, priority=priority,
-        liveness_endpoint=f"http://0.0.0.0:{env.get('HEALTH_PORT', '8080')}/healthz",
+        liveness_endpoint=f"http://0.0.0.0:{health}/healthz",
         memo=kopf.Memo(config=config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+    level = os.environ.get("LOG_LEVEL") or "INFO"
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise SystemExit(f"gazette_operator: LOG_LEVEL={level!r} is not a log level "
+                         "(DEBUG, INFO, WARNING or ERROR)")
+    logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+    problem = missing_credentials(kopf.OperatorSettings())
+    if problem is not None:
+        raise SystemExit(problem)
     uvloop.run(run(dict(os.environ)))
     return 0
 

@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import signal
-import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
 
 from gazette.allocator import assignments_of, route_of
-from gazette.client import AppendUncertain, JournalClient, RetryPolicy
-from gazette.client.errors import BrokerError, Unavailable
 from gazette.keyspace import Etcd, KeySpace, Layout
 from gazette.keyspace.specs import Decoder, apply_changes
 from gazette.local.etcd import EmbeddedEtcd
-from gazette.local.process import Process, free_port
+from gazette.local.process import free_port
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette.protocol import ProcessId
 from gazette.protocol.trees import journal_changes_from_yaml
+from tests.fault.cluster import Broker, Writer, parse, read_from
 from tests.fixtures.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -50,116 +45,16 @@ fragment:
 """
 
 
-@dataclass
-class Broker:
-    """A `gazette serve` process that keeps its name, ports and spool folder across
-    restarts."""
-
-    zone: str
-    name: str
-    port: int
-    workdir: Path
-    etcd: str
-    process: Process = field(init=False)
-
-    def __post_init__(self) -> None:
-        argv = [sys.executable, "-m", "gazette_broker.cli", "serve",
-                "--broker.zone", self.zone, "--broker.id", self.name,
-                "--broker.host", "127.0.0.1", "--broker.bind", "127.0.0.1",
-                "--broker.port", str(self.port), "--broker.http-port", "-1",
-                "--broker.file-root", str(self.workdir / "store"),
-                "--broker.spool-dir", str(self.workdir / f"spools-{self.name}"),
-                "--broker.lease-ttl", str(LEASE_TTL), "--broker.grace", "2",
-                "--broker.drain-timeout", "20",
-                "--etcd.address", self.etcd, "--etcd.prefix", PREFIX]
-        self.process = Process(self.name, argv, self.workdir / f"{self.name}.log")
-
-    @property
-    def id(self) -> ProcessId:
-        return ProcessId(self.zone, self.name)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.process.start()
-
-
-@dataclass
-class Writer:
-    """Appends records `{"w", "seq", "pad", "sum"}` one at a time; remembers which were
-    acknowledged and which are uncertain (the answer to their commit was lost)."""
-
-    id: int
-    acked: list[int] = field(default_factory=list)
-    uncertain: set[int] = field(default_factory=set)
-    refused: set[int] = field(default_factory=set)
-    acked_at: list[float] = field(default_factory=list)
-
-    @staticmethod
-    def record(w: int, seq: int) -> bytes:
-        pad = "x" * (50 + (w * 7919 + seq * 104729) % 400)
-        body = f'{{"w": {w}, "seq": {seq}, "pad": "{pad}"'
-        digest = hashlib.sha1(body.encode()).hexdigest()[:16]
-        return (body + f', "sum": "{digest}"}}\n').encode()
-
-    async def run(self, target: str, stop: asyncio.Event) -> None:
-        retry = RetryPolicy(attempts=60, initial_delay=0.05, max_delay=0.5)
-        async with JournalClient(target, retry=retry, timeout=10) as client:
-            seq = 0
-            while not stop.is_set():
-                try:
-                    await client.append(JOURNAL, self.record(self.id, seq))
-                    self.acked.append(seq)
-                    self.acked_at.append(time.monotonic())
-                except AppendUncertain:
-                    self.uncertain.add(seq)
-                except (BrokerError, Unavailable):
-                    self.refused.add(seq)  # certainly not written
-                seq += 1
-
-
-def parse(content: bytes) -> list[tuple[int, int]]:
-    """(writer, seq) of every record; asserts each line is one whole record."""
-    out = []
-    for line in content.splitlines(keepends=True):
-        assert line.endswith(b"\n"), f"a torn record at the end: {line[:80]!r}"
-        rec = json.loads(line)
-        body = f'{{"w": {rec["w"]}, "seq": {rec["seq"]}, "pad": "{rec["pad"]}"'
-        assert hashlib.sha1(body.encode()).hexdigest()[:16] == rec["sum"], line[:80]
-        assert line == Writer.record(rec["w"], rec["seq"]), "an interleaved record"
-        out.append((rec["w"], rec["seq"]))
-    return out
-
-
-async def read_from(broker: Broker, head: int) -> bytes:
-    """Everything `broker` itself serves of the journal up to `head` (do_not_proxy);
-    a read stopped short (content still being persisted by a peer) is tried again."""
-    async with grpc.aio.insecure_channel(broker.address) as ch:
-        stub = broker_pb2_grpc.JournalStub(ch)
-        deadline = time.monotonic() + 60
-        while True:
-            out = bytearray()
-            async for resp in stub.Read(pb.ReadRequest(journal=JOURNAL, do_not_proxy=True,
-                                                       end_offset=head)):
-                if resp.status != pb.OK:
-                    break
-                out += resp.content
-            if len(out) == head or time.monotonic() > deadline:
-                return bytes(out)
-            await asyncio.sleep(0.2)
-
-
 async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
     started = time.monotonic()
     etcd = EmbeddedEtcd(tmp_path / "etcd")
     await asyncio.to_thread(etcd.start)
-    brokers = [Broker(zone, f"broker-{i}", free_port(), tmp_path, etcd.endpoint)
+    brokers = [Broker(zone, f"broker-{i}", free_port(), tmp_path, etcd.endpoint, PREFIX,
+                      LEASE_TTL)
                for i, zone in enumerate(["zone-a", "zone-a", "zone-b"])]
     layout = Layout(PREFIX)
     stop = asyncio.Event()
-    writers = [Writer(i) for i in range(WRITERS)]
+    writers = [Writer(i, JOURNAL) for i in range(WRITERS)]
     faults: list[str] = []
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -246,7 +141,7 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                     pb.ReadRequest(journal=JOURNAL, offset=-1, metadata_only=True,
                                    do_not_proxy=True))))
                 head = resp.write_head
-            contents = [await read_from(b, head) for b in brokers]
+            contents = [await read_from(b, JOURNAL, head) for b in brokers]
     finally:
         stop.set()
         for t in tasks:

@@ -5,82 +5,18 @@ request, and a draining broker hands its journals over without losing an append.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 import pytest
 
-from gazette.allocator import assignments_of, route_of
 from gazette.client import AppendUncertain, JournalClient
-from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette_broker.server import BrokerServer
-from tests.fixtures.broker import broker_config
+from tests.fixtures.broker import applied, consistent, read_all
 from tests.fixtures.polling import eventually
 
 pytestmark = pytest.mark.integration
-
-SPECS = """
-name: cluster/
-replication: 3
-fragment:
-  stores: [file:///]
-  length: 4096
-children:
-  - name: cluster/r3
-  - name: cluster/r2
-    replication: 2
-"""
-ZONES = ["zone-a", "zone-a", "zone-b"]
-
-
-@pytest.fixture
-async def cluster(etcd_server: EmbeddedEtcd, etcd_prefix: str,
-                  tmp_path: Path) -> AsyncIterator[list[BrokerServer]]:
-    servers = [BrokerServer(broker_config(
-        etcd_server.endpoint, etcd_prefix, tmp_path, zone=zone, suffix=f"b{i}",
-        spool_dir=tmp_path / f"spools-{i}", drain_timeout=20.0))
-        for i, zone in enumerate(ZONES)]
-    try:
-        for s in servers:
-            await s.start()
-        yield servers
-    finally:
-        for s in servers:
-            await s.stop()
-
-
-def consistent(server: BrokerServer, journal: str, members: int) -> bool:
-    """Whether `journal` has `members` assignments, a primary, and every assignment
-    holds the route (the primary synced every peer under it)."""
-    assigned = assignments_of(server.keyspace, server.layout, journal)
-    route = route_of(assigned)
-    return len(assigned) == members and route.primary >= 0 and \
-        all(a.value == route.encode() for a in assigned)
-
-
-async def applied(servers: list[BrokerServer]) -> None:
-    await servers[0].apply_yaml(SPECS)
-    for s in servers:
-        await eventually(lambda s=s: consistent(s, "cluster/r3", 3)  # type: ignore[misc]
-                         and consistent(s, "cluster/r2", 2), "routes are consistent", 20)
-
-
-async def read_all(server: BrokerServer, journal: str, offset: int = 0) -> bytes:
-    """What `server` itself holds of `journal` from `offset` (do_not_proxy)."""
-    async with grpc.aio.insecure_channel(server.grpc_address) as ch:
-        stub = broker_pb2_grpc.JournalStub(ch)
-        out = bytearray()
-        async for resp in stub.Read(pb.ReadRequest(journal=journal, offset=offset,
-                                                    do_not_proxy=True)):
-            if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and out:
-                break
-            assert resp.status == pb.OK, pb.Status.Name(resp.status)
-            out += resp.content
-        return bytes(out)
-
 
 async def test_appends_replicate_to_every_replica_through_any_broker(
     cluster: list[BrokerServer],

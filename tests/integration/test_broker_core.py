@@ -58,6 +58,7 @@ async def test_specs_become_replicas_and_content_persists(
                 "foobar/part-002", entry.mod_revision, None)])
             await keyspace.wait_for_revision(rev, timeout=10)
             await eventually(lambda: "foobar/part-002" not in broker.replicas, "stopped")
+            await asyncio.wait_for(broker.wait_closed(), 10)
             await asyncio.wait_for(broker.persister.wait_idle(), 10)
             stored = list((tmp_path / "root").rglob("foobar/part-002/*.gz"))
             assert [decompress(part.spec.fragment.compression_codec, p.read_bytes())

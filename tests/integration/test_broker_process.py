@@ -17,6 +17,7 @@ from gazette.keyspace.specs import apply_changes
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML
 from gazette.protocol.trees import journal_changes_from_yaml
+from gazette_broker.dev import EXIT_DONE, SERVING_STOP
 from tests.fixtures.procs import free_port
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,8 @@ async def test_serve_takes_env_and_flags_and_drains_on_sigterm(
     (["serve", "--broker.port", "abc"], {}, "--broker.port: invalid int value"),
     (["serve"], {"BROKER_PORT": "xyz"}, "$BROKER_PORT='xyz' is not a valid int"),
     (["serve", "--etcd.address", "http://127.0.0.1:1", "--broker.port", "0",
-      "--broker.http-port", "0"], {}, "cannot start the broker: etcd http://127.0.0.1:1"),
+      "--broker.http-port", "0", "--etcd.startup-timeout", "1"], {},
+     "cannot start the broker: etcd at http://127.0.0.1:1 did not answer within 1s"),
 ])
 async def test_bad_configuration_fails_clearly(args: list[str], env: dict[str, str],
                                                message: str) -> None:
@@ -107,3 +109,6 @@ async def test_dev_up_runs_the_tutorial_and_exits(tmp_path: Path) -> None:
     heads = [line.split(": ", 1)[1] for line in text.splitlines()
              if line.startswith("  zone-") and "write head" in line]
     assert len(heads) == 3 and len(set(heads)) == 1, heads
+    # It says it stops by itself, not that Ctrl-C would stop it, nor what to try meanwhile.
+    assert f"\n{EXIT_DONE}\n" in text
+    assert SERVING_STOP not in text and "Serving. Try:" not in text

@@ -15,6 +15,7 @@ from gazette.fragment import Fragment, decompress
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
+from gazette_broker import broker as broker_module
 from gazette_broker.server import BrokerServer
 from tests.fixtures.broker import broker_config
 from tests.fixtures.s3 import S3Server
@@ -36,6 +37,12 @@ fragment:
   refresh_interval: 1s
   flush_interval: 1h
 """
+
+
+async def _revision(server: BrokerServer) -> int:
+    entry = server.keyspace.get(server.layout.item_key(JOURNAL))
+    assert entry is not None
+    return entry.mod_revision
 
 
 async def append(stub: broker_pb2_grpc.JournalStub, data: bytes) -> pb.AppendResponse:
@@ -126,18 +133,30 @@ async def test_s3_outage_loses_nothing_and_a_later_broker_serves_it(
 
     # A fresh broker (new spools, nothing local) lists the store and serves it all. It
     # starts while S3 is down: the journal is not served (its write head is unknown)
-    # and says why, until the store can be listed again.
+    # and says why, until the store can be listed again. (Its own retries are held off
+    # while the test's S3 restarts: this S3 comes back empty and is refilled object by
+    # object, which no real store does; a spec change makes it try again instead.)
+    monkeypatch.setattr(broker_module, "OPEN_RETRY_SECONDS", 3600)
     await asyncio.to_thread(s3.stop)
     second = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path / "b2"))
     await second.start()
     try:
         assert JOURNAL not in second.broker.replicas
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await read_all(second.grpc_address)
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        why = ""
+        deadline = asyncio.get_running_loop().time() + 30
+        while "cannot be listed" not in why:  # (first: "still being opened")
+            assert asyncio.get_running_loop().time() < deadline, why
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await read_all(second.grpc_address)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            why = err.value.details() or ""
         assert f"journal {JOURNAL} is not served yet: its fragment stores cannot be listed" \
-            in (err.value.details() or "")
+            in why
         await asyncio.to_thread(s3.start)
+        await second.apply_yaml(spec_yaml(f"s3://{bucket}/frags/").replace(
+            "content-type, value: application/x-ndjson}]",
+            "content-type, value: application/x-ndjson}, {name: touched}]").replace(
+            f"name: {JOURNAL}", f"name: {JOURNAL}\nrevision: {await _revision(second)}"))
         await asyncio.wait_for(second.broker.wait_serving({JOURNAL}), 30)
         assert JOURNAL not in second.broker.unready
         replica = second.broker.replicas[JOURNAL]

@@ -10,7 +10,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gazette.fragment import FragmentIndex
 from gazette.labels import Selector
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
@@ -25,7 +24,7 @@ JOURNAL = "example/journal"
 
 @pytest.fixture
 async def stub(tmp_path: Path) -> AsyncIterator[broker_pb2_grpc.JournalStub]:
-    replica = Replica(JournalSpec(JOURNAL, replication=1), tmp_path, FragmentIndex())
+    replica = Replica(JournalSpec(JOURNAL, replication=1), tmp_path)
     server = grpc.aio.server()
     add_journal_service(JournalService({JOURNAL: replica}), server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -478,7 +478,12 @@ async def test_list_apply_and_watch(broker: BrokerServer, client: JournalClient)
         first = await asyncio.wait_for(updates.get(), 10)
         assert first.journals == []
         spec = JournalSpec("new/one", replication=1, labels=LabelSet([("team", "x")]))
-        revision = await client.apply([SpecChange("new/one", 0, spec)])
+        applied = await client.apply([SpecChange("new/one", 0, spec)])
+        revision = applied.revision
+        # Applied, with a warning: a journal without stores never persists anything.
+        assert [w for w in applied.warnings if "no fragment stores" in w] == [
+            "new/one: no fragment stores: its content is never persisted, and is lost "
+            "when its brokers stop (set fragment.stores)"]
         listed = (await client.list("team=x")).journals
         assert [(j.spec, j.mod_revision) for j in listed] == [(spec, revision)]
         seen = await asyncio.wait_for(updates.get(), 10)
@@ -489,7 +494,7 @@ async def test_list_apply_and_watch(broker: BrokerServer, client: JournalClient)
         assert err.value.status == "ETCD_TRANSACTION_FAILED" and err.value.revision >= revision
         assert "new/one" in str(err.value)
         deleted = await client.apply([SpecChange("new/one", revision, None)])
-        assert deleted > revision
+        assert deleted.revision > revision and deleted.warnings == ()
         while (await asyncio.wait_for(updates.get(), 10)).journals:
             pass  # the deletion shows up in the watch
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import os
 import socket
@@ -41,9 +42,11 @@ def _env(server: BrokerServer | None, extra: dict[str, str] | None = None) -> di
 
 
 async def gazctl(server: BrokerServer | None, *args: str, stdin: bytes = b"",
-                 env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """`gazctl args...` as a process: (exit status, stdout, stderr)."""
-    code, out, err = await run_process([GAZCTL, *args], _env(server, env), stdin)
+                 env: dict[str, str] | None = None,
+                 timeout: float = 30.0) -> tuple[int, str, str]:
+    """`gazctl args...` as a process: (exit status, stdout, stderr); AssertionError if
+    it has not finished within `timeout` seconds."""
+    code, out, err = await run_process([GAZCTL, *args], _env(server, env), stdin, timeout)
     return code, out.decode(), err
 
 
@@ -343,3 +346,81 @@ async def test_prune_and_the_config_file(broker_server: BrokerServer, tmp_path: 
     assert out.splitlines()[-1].startswith("pruned 2 fragments (202 B) of 1 journal")
     assert list(aged_dir.iterdir()) == []
     assert len(list((server.file_root / "prune" / "kept").iterdir())) == 2
+
+
+def _append_spans(err: str) -> list[tuple[int, int]]:
+    """(begin, end) of each append, from gazctl's ``--log.level=debug`` lines."""
+    spans = []
+    for line in err.splitlines():
+        if "append response" in line:
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            spans.append((int(fields["begin"]), int(fields["end"])))
+    return spans
+
+
+def _record_ends(content: bytes) -> set[int]:
+    """The offsets where the lines of `content` end (and its end)."""
+    ends, pos = {len(content)}, content.find(b"\n")
+    while pos >= 0:
+        ends.add(pos + 1)
+        pos = content.find(b"\n", pos + 1)
+    return ends
+
+
+async def test_append_a_record_over_the_high_water_mark_whole(
+        broker_server: BrokerServer) -> None:
+    server = broker_server
+    await server.apply_yaml("name: big/\nreplication: 1\nchildren:\n- name: big/one\n"
+                            "- name: big/mixed\n- name: big/frame\n- name: big/limit\n")
+    big = b"x" * (5 << 20) + b"\n"  # over gazctl's 4 MiB high-water mark of buffered input
+    mixed = b"before\n" + big + b"after 1\nafter 2\n" + b"y" * (5 << 20)  # last: no newline
+    frame = FIXED_FRAME_MAGIC + (5 << 20).to_bytes(4, "little") + b"z" * (5 << 20)
+    runs = [("big/one", big, "lines"), ("big/mixed", mixed, "lines"),
+            ("big/frame", frame, "fixed")]
+    for journal, content, framing in runs:
+        code, _, err = await gazctl(server, "journals", "append", journal, "--framing",
+                                    framing, "--log.level=debug", stdin=content, timeout=30)
+        assert code == 0, (journal, err[-500:])
+        code, raw, _ = await _read_bytes(server, f"name={journal}")
+        assert code == 0 and raw == content, journal  # all of it, in order
+        # Never split: the appends tile the content, each ending where a record ends.
+        spans = _append_spans(err)
+        assert spans[0][0] == 0 and spans[-1][1] == len(content), (journal, spans)
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans
+        ends = {len(content)} if framing == "fixed" else _record_ends(content)
+        assert {end for _, end in spans} <= ends, (journal, spans)
+
+    # A record over --max-record-size fails, naming its input offset and the limit;
+    # the whole records before it are appended.
+    code, _, err = await gazctl(server, "journals", "append", "big/limit",
+                                "--max-record-size", str(1 << 20),
+                                stdin=b"small\n" + b"w" * (2 << 20) + b"\nlater\n")
+    assert code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "gazctl: stdin: input offset 6: a record is longer than the limit of 1048576 bytes "
+        "(1.0 MiB); --max-record-size sets it")
+    code, raw, _ = await _read_bytes(server, "name=big/limit")
+    assert raw == b"small\n"
+
+
+async def test_read_offset_beyond_int64_is_a_usage_error(broker_server: BrokerServer) -> None:
+    server = broker_server
+    await server.apply_yaml("name: offsets/journal\nreplication: 1\n")
+    code, _, err = await gazctl(server, "journals", "read", "-l", "name=offsets/journal",
+                                "--offset", "99999999999999999999999")
+    assert code == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert ("--offset: must be at most 9223372036854775807, got 99999999999999999999999"
+            in err), err
+    # The largest offset there is: valid, and nothing is there yet.
+    code, out, err = await gazctl(server, "journals", "read", "-l", "name=offsets/journal",
+                                  "--offset", str(2**63 - 1))
+    assert (code, out) == (0, ""), err
+
+
+async def test_version() -> None:
+    from importlib.metadata import version
+
+    code, out, err = await gazctl(None, "--version")
+    assert (code, err) == (0, "")
+    assert out == f"gazctl {version('gazette-py')}\n"

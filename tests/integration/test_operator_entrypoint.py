@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,8 +24,8 @@ from gazette.keyspace import Etcd
 from gazette.local.etcd import EmbeddedEtcd
 from tests.fixtures.kube import Emulator
 from tests.fixtures.polling import eventually
-from tests.fixtures.procs import free_port, log_tail
-from tests.integration.test_operator import create, example
+from tests.fixtures.procs import free_port, log_tail, run_process
+from tests.integration.test_operator import create, example, status
 
 pytestmark = pytest.mark.integration
 
@@ -210,3 +211,96 @@ async def test_help_documents_the_environment_and_runs_nothing() -> None:
                  "DRIFT_INTERVAL", "WATCH_NAMESPACES", "PEERING_NAME", "HEALTH_PORT",
                  "METRICS_PORT", "LOG_LEVEL"):
         assert name in text, name
+
+
+def bare_env(home: Path, **env: str) -> dict[str, str]:
+    """This environment without Kubernetes credentials or operator settings: `home` as
+    HOME (so no ~/.kube/config), free health and metrics ports, plus `env`."""
+    assert not SERVICE_ACCOUNT_TOKEN.exists(), "a service account is mounted here"
+    home.mkdir(parents=True, exist_ok=True)
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")
+            and k not in ("WATCH_NAMESPACES", "PEERING_NAME", "DRIFT_INTERVAL", "LOG_LEVEL")}
+    return {**keep, "HOME": str(home), "HEALTH_PORT": str(free_port()),
+            "METRICS_PORT": str(free_port()), **env}
+
+
+def assert_one_clear_line(code: int, err: str, *names: str) -> None:
+    """Exit status 1, no traceback, one line on stderr naming each of `names`."""
+    assert code == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err[-3000:]
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+
+
+@pytest.mark.parametrize("kubeconfig", ["unset", "missing file"])
+async def test_without_kubernetes_credentials_it_exits_with_one_line(
+        tmp_path: Path, kubeconfig: str) -> None:
+    """Neither a service account nor a kubeconfig: one line naming where it looked and
+    what to do, where kopf alone logs about a hundred lines of tracebacks."""
+    env = bare_env(tmp_path / "home", ETCD_ADDRESS=f"http://127.0.0.1:{free_port()}")
+    looked = [str(SERVICE_ACCOUNT_TOKEN), "set KUBECONFIG"]
+    if kubeconfig == "unset":
+        looked += ["$KUBECONFIG is unset", str(tmp_path / "home" / ".kube" / "config")]
+    else:
+        env["KUBECONFIG"] = str(tmp_path / "nowhere" / "kubeconfig")
+        looked += [f"$KUBECONFIG={env['KUBECONFIG']}", "No such file or directory"]
+    code, _, err = await run_process(OPERATOR, env)
+    assert_one_clear_line(code, err, "no Kubernetes credentials", *looked)
+
+
+async def test_a_malformed_kubeconfig_is_named_in_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "home" / ".kube" / "config"
+    kubeconfig.parent.mkdir(parents=True)
+    kubeconfig.write_text("clusters: [\n")
+    code, _, err = await run_process(OPERATOR, bare_env(tmp_path / "home"))
+    assert_one_clear_line(code, err, "~/.kube/config is not a usable kubeconfig",
+                          "ParserError")
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("DRIFT_INTERVAL", "soon", "DRIFT_INTERVAL='soon' is not a number"),
+    ("HEALTH_PORT", "eighty", "HEALTH_PORT='eighty' is not an integer"),
+    ("LOG_LEVEL", "loud", "LOG_LEVEL='loud' is not a log level"),
+    ("HEALTH_PORT", "busy", "cannot listen on HEALTH_PORT={port}: Address already in use"),
+    ("METRICS_PORT", "busy",
+     "cannot serve metrics on METRICS_PORT={port}: Address already in use"),
+])
+async def test_a_bad_setting_exits_with_one_line(
+        tmp_path: Path, name: str, value: str, message: str) -> None:
+    """With credentials at hand (a kubeconfig; the API it names is never reached), a bad
+    environment value or a port in use is one line naming it, not a traceback."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = bare_env(tmp_path / "home", KUBECONFIG=str(kubeconfig), PEERING_NAME="",
+                       ETCD_ADDRESS=f"http://127.0.0.1:{free_port()}")
+        env[name] = str(port) if value == "busy" else value
+        code, _, err = await run_process(OPERATOR, env)
+    assert_one_clear_line(code, err, message.format(port=port))
+
+
+async def test_an_unreachable_etcd_does_not_stop_it_starting(
+        kube: Emulator, etcd_prefix: str, tmp_path: Path) -> None:
+    """etcd is not needed to start: it serves, reports the resource ``Synced=False``
+    (EtcdUnavailable) and keeps running, without a traceback in its log."""
+    op = OperatorProcess(kube, f"http://127.0.0.1:{free_port()}", etcd_prefix, tmp_path,
+                         POD_ID, PEERING_NAME="")
+    await op.start()
+    try:
+        await op.until(lambda: answers(f"http://127.0.0.1:{op.health}/healthz"),
+                       "the liveness endpoint answers", 20)
+        await create(kube, example())
+
+        async def unsynced() -> bool:
+            return any(c["type"] == "Synced" and c.get("reason") == "EtcdUnavailable"
+                       for c in status(kube).get("conditions", []))
+
+        await op.until(unsynced, "Synced=False (EtcdUnavailable)", 30)
+    finally:
+        code = await op.stop()
+    assert code == 0, log_tail(op.log)
+    assert "Traceback" not in op.text(), log_tail(op.log)

@@ -44,17 +44,19 @@ async def test_fragments_persist_after_an_s3_outage(
             persister.enqueue(closed[-1], store)
             begin += len(data)
         # Wait until uploads have failed (and been retried) at least twice.
-        failures = REGISTRY.get_sample_value("gazette_fragment_persist_failures_total") or 0
+        labels = {"store": url}
+        failures = REGISTRY.get_sample_value("gazette_fragment_persist_failures_total",
+                                             labels) or 0
         deadline = time.monotonic() + 30
-        while (REGISTRY.get_sample_value("gazette_fragment_persist_failures_total") or 0
-               ) < failures + 2:
+        while (REGISTRY.get_sample_value("gazette_fragment_persist_failures_total", labels)
+               or 0) < failures + 2:
             assert time.monotonic() < deadline, "uploads never failed during the outage"
             await asyncio.sleep(0.05)
         assert persisted == [] and all(c.path.exists() for c in closed)  # kept locally
         s3_server_restartable.resume()
         await asyncio.wait_for(persister.wait_idle(), 60)
 
-        assert [f.begin for f in persisted] == [c.fragment.begin for c in closed]
+        assert sorted(f.begin for f in persisted) == [c.fragment.begin for c in closed]
         assert all(f.backing_store == url for f in persisted)
         assert not any(c.path.exists() for c in closed)  # local copies released
         listed = sorted(await store.list("events/a"))
@@ -138,5 +140,77 @@ async def test_peer_copies_upload_later_and_only_if_missing(tmp_path: Path) -> N
         # The copy only a peer held was uploaded when its time came.
         assert [f.journal for f in await store.list("peers/b")] == ["peers/b"]
         assert not any(p.path.exists() for p in (peer, orphan))  # type: ignore[attr-defined]
+    finally:
+        task.cancel()
+
+
+async def test_a_failing_store_delays_only_its_own_fragments(tmp_path: Path) -> None:
+    """One store failing (a file where its folder should be) does not hold up uploads to
+    another; its health says why; once it heals, its fragments go too (the bug: uploads
+    went one at a time, and the failing one was retried for ever first)."""
+    from gazette.fragment.store import store_for
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "broken").write_text("a file where the store's folder should be\n")
+    broken = store_for("file:///broken/", file_root=root)
+    healthy = store_for("file:///healthy/", file_root=root)
+    persisted: list[Fragment] = []
+    persister = Persister(on_persisted=persisted.append, retry_initial=0.05, retry_max=0.2)
+    task = asyncio.create_task(persister.run())
+
+    def closed(journal: str, n: int) -> object:
+        spool = Spool(journal, 0, tmp_path)
+        spool.write(b"record %d\n" % n)
+        spool.commit()
+        return spool.close()
+
+    try:
+        stuck = [closed(f"stuck/{n}", n) for n in range(6)]  # more than the upload slots
+        for c in stuck:
+            persister.enqueue(c, broken)  # type: ignore[arg-type]
+        flowing = [closed(f"flowing/{n}", n) for n in range(3)]
+        for c in flowing:
+            persister.enqueue(c, healthy)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 20
+        while {f.journal for f in persisted} != {f"flowing/{n}" for n in range(3)}:
+            assert time.monotonic() < deadline, f"healthy uploads held up: {persisted}"
+            await asyncio.sleep(0.02)
+        health = persister.health("file:///broken/")
+        assert health.failing and health.pending == 6 and "broken" in health.last_error
+        frag = stuck[0].fragment  # type: ignore[attr-defined]
+        assert "NotADirectoryError" in persister.error_of(frag) and frag.journal in \
+            persister.error_of(frag)
+        assert not persister.health("file:///healthy/").failing
+        assert REGISTRY.get_sample_value("gazette_store_failing",
+                                         {"store": "file:///broken/"}) == 1
+        (root / "broken").unlink()  # healed
+        await asyncio.wait_for(persister.wait_idle(), 20)
+        assert len(persisted) == 9 and not persister.health("file:///broken/").failing
+    finally:
+        task.cancel()
+
+
+async def test_a_store_over_its_byte_budget_has_no_room_until_it_drains(
+    tmp_path: Path,
+) -> None:
+    from gazette.fragment.store import store_for
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "broken").write_text("not a folder\n")
+    store = store_for("file:///broken/", file_root=root)
+    persister = Persister(retry_initial=0.05, retry_max=0.1, max_pending_bytes=100)
+    task = asyncio.create_task(persister.run())
+    try:
+        spool = Spool("budget/a", 0, tmp_path)
+        spool.write(b"x" * 150)
+        spool.commit()
+        persister.enqueue(spool.close(), store)
+        assert not persister.has_room("file:///broken/")
+        assert persister.has_room("file:///other/")
+        assert not await persister.wait_for_room("file:///broken/", 0.2)
+        (root / "broken").unlink()
+        assert await persister.wait_for_room("file:///broken/", 20)
     finally:
         task.cancel()

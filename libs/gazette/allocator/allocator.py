@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter
@@ -77,6 +77,8 @@ class State:
     items: dict[str, int]  # item → replication
     members: dict[ProcessId, MemberState]
     assignments: dict[str, list[Assignment]]  # item → by slot, then member
+    #: item → members that cannot serve it (they lack a kind of store it needs)
+    excluded: dict[str, frozenset[ProcessId]] = field(default_factory=dict)
 
     @property
     def leader(self) -> ProcessId | None:
@@ -98,12 +100,18 @@ def always_consistent(item: str, assignment: Assignment,
     return True
 
 
+StoresOf = Callable[[Any], tuple[str, ...]]
+
+
 def read_state(keyspace: KeySpace[Any], layout: Layout,
-               replication_of: Callable[[Any], int]) -> State:
+               replication_of: Callable[[Any], int], stores_of: StoresOf | None = None
+               ) -> State:
     """The items (with their replication), live members and assignments of `keyspace`.
     Assignments of items or members that are gone are listed too (under their item):
-    the solver drops them and the leader deletes them."""
+    the solver drops them and the leader deletes them. `stores_of(spec)`: the stores
+    an item's members must serve (journals' fragment stores)."""
     items: dict[str, int] = {}
+    stores: dict[str, tuple[str, ...]] = {}
     members: dict[ProcessId, MemberState] = {}
     assignments: dict[str, list[Assignment]] = defaultdict(list)
     entries = [*keyspace.prefixed(layout.items), *keyspace.prefixed(layout.members),
@@ -112,6 +120,8 @@ def read_state(keyspace: KeySpace[Any], layout: Layout,
         key = layout.parse(entry.kv.key)
         if isinstance(key, ItemKey):
             items[key.item] = replication_of(entry.value)
+            if stores_of is not None:
+                stores[key.item] = stores_of(entry.value)
         elif isinstance(key, MemberKey):
             spec = entry.value
             members[spec.id] = MemberState(spec, entry.kv.key, entry.kv.create_revision,
@@ -122,7 +132,26 @@ def read_state(keyspace: KeySpace[Any], layout: Layout,
                 entry.kv.key, entry.kv.mod_revision))
     for assigned in assignments.values():
         assigned.sort(key=lambda a: (a.slot, a.member))
-    return State(keyspace.revision, items, members, dict(assignments))
+    return State(keyspace.revision, items, members, dict(assignments),
+                 _excluded(stores, members))
+
+
+def _excluded(stores: dict[str, tuple[str, ...]], members: dict[ProcessId, MemberState]
+              ) -> dict[str, frozenset[ProcessId]]:
+    """Items (with stores) → the members that cannot serve those stores."""
+    limited = [m for m in members.values() if m.spec.store_schemes]
+    if not limited:
+        return {}
+    by_stores: dict[tuple[str, ...], frozenset[ProcessId]] = {}
+    out = {}
+    for item, urls in stores.items():
+        unable = by_stores.get(urls)
+        if unable is None:
+            unable = by_stores[urls] = frozenset(
+                m.spec.id for m in limited if not m.spec.serves_stores(urls))
+        if unable:
+            out[item] = unable
+    return out
 
 
 def assignments_of(keyspace: KeySpace[Any], layout: Layout, item: str) -> list[Assignment]:
@@ -151,6 +180,7 @@ class Plan:
     puts: list[tuple[str, int]]  # (assignment key, its member's lease)
     deletes: list[Assignment]
     waiting: int  # removals held back until their items are consistent
+    waiting_items: set[str] = field(default_factory=set)  # the items of those
 
     def __bool__(self) -> bool:
         return bool(self.puts or self.deletes)
@@ -163,6 +193,7 @@ def plan(state: State, layout: Layout, solution: Solution,
     puts: list[tuple[str, int]] = []
     deletes: list[Assignment] = []
     waiting = 0
+    waiting_items: set[str] = set()
 
     def move(moved: list[tuple[Assignment, int]]) -> None:
         for a, slot in moved:  # a new key at the new slot, the old one deleted
@@ -200,10 +231,11 @@ def plan(state: State, layout: Layout, solution: Solution,
                 move(moved)
                 moved = []
             waiting += len(stale) + len(moved)
+            waiting_items.add(item)
             continue
         deletes.extend(stale)
         move(moved)
-    return Plan(puts, deletes, waiting)
+    return Plan(puts, deletes, waiting, waiting_items)
 
 
 class Allocator:
@@ -213,18 +245,29 @@ class Allocator:
 
     def __init__(self, etcd: Etcd, keyspace: KeySpace[Any], layout: Layout, me: ProcessId,
                  replication_of: Callable[[Any], int] = lambda spec: int(spec.replication),
-                 is_consistent: IsConsistent = always_consistent) -> None:
+                 is_consistent: IsConsistent = always_consistent,
+                 stores_of: StoresOf | None = None) -> None:
+        """`stores_of(spec)`: the stores an item's members must serve (None: items
+        need nothing of their members)."""
         self.etcd, self.keyspace, self.layout, self.me = etcd, keyspace, layout, me
         self.replication_of = replication_of
         self.is_consistent = is_consistent
+        self.stores_of = stores_of
         self._changed = asyncio.Event()
         self.converged = asyncio.Event()  # set while the leader has nothing left to do
+        #: Items whose removals wait for their assignments to be consistent: only
+        #: their assignments' values matter to the next pass.
+        self._waiting: set[str] = set()
+        #: What of each item the solution depends on (replication, stores).
+        self._inputs: dict[str, tuple[int, tuple[str, ...]]] = {}
 
     def state(self) -> State:
-        return read_state(self.keyspace, self.layout, self.replication_of)
+        return read_state(self.keyspace, self.layout, self.replication_of, self.stores_of)
 
     async def run(self) -> None:
-        """Until cancelled: after each keyspace change, converge if `me` leads."""
+        """Until cancelled: after each keyspace change that may change the assignments,
+        converge if `me` leads. etcd failing ends it with `EtcdError` (its owner starts
+        it again after a while)."""
         stop = self.keyspace.observe(self._on_change)
         try:
             self._changed.set()
@@ -237,24 +280,56 @@ class Allocator:
                     # Someone wrote meanwhile (or leadership moved): our view was
                     # stale. The watch brings the change; try again from there.
                     log.debug("allocator: %s", err)
-                    await self.keyspace.wait_for_revision(err.revision)
+                    await self.keyspace.wait_for_revision(err.revision, timeout=30)
                     self._changed.set()
         finally:
             stop()
 
     def _on_change(self, revision: int, events: list[Event]) -> None:
-        self._changed.set()
+        if not self._changed.is_set() and any(self._matters(ev) for ev in events):
+            self._changed.set()
+
+    def _matters(self, ev: Event) -> bool:
+        """Whether a change may change what the leader writes: members, items'
+        replication or stores, assignments coming or going, and acknowledgments of
+        items whose removals wait for them. Acknowledgments of settled items and spec
+        edits of nothing else (labels, say) cost nothing."""
+        key = ev.kv.key
+        layout = self.layout
+        if key.startswith(layout.members):
+            return True
+        if key.startswith(layout.items):
+            item = key[len(layout.items):]
+            entry = None if ev.deleted else self.keyspace.get(key)
+            if entry is None:
+                return self._inputs.pop(item, None) is not None or ev.deleted
+            inputs = (self.replication_of(entry.value),
+                      self.stores_of(entry.value) if self.stores_of else ())
+            if self._inputs.get(item) == inputs:
+                return False
+            self._inputs[item] = inputs
+            return True
+        if key.startswith(layout.assignments):
+            if ev.deleted or ev.kv.version == 1:
+                return True  # an assignment came or went
+            return key[len(layout.assignments):].rsplit("#", 3)[0] in self._waiting
+        return False
 
     async def converge(self) -> bool:
         """One leader pass: solve and write what may be written now. Returns whether
         anything was written (the watch then triggers the next pass)."""
+        members = [e.value for e in self.keyspace.prefixed(self.layout.members)]
+        if self.me not in {m.id for m in members if isinstance(m, MemberSpec)}:
+            self.converged.clear()
+            return False  # not a member (yet): not the leader either
         state = self.state()
         if state.leader != self.me:
             self.converged.clear()
             return False
         limits = [Member(m.spec.id, m.spec.item_limit) for m in state.members.values()]
-        solution = solve(state.items, limits, state.current())
+        solution = solve(state.items, limits, state.current(), state.excluded)
         steps = plan(state, self.layout, solution, self.is_consistent)
+        self._waiting = steps.waiting_items
         if not steps:
             if steps.waiting:
                 log.debug("allocator: %d removals wait for consistency", steps.waiting)
@@ -267,7 +342,7 @@ class Allocator:
         CONVERGES.inc()
         log.info("allocator: %d assignments added, %d removed (revision %d)",
                  len(steps.puts), len(steps.deletes), revision)
-        await self.keyspace.wait_for_revision(revision)
+        await self.keyspace.wait_for_revision(revision, timeout=30)
         return True
 
     async def _apply(self, state: State, steps: Plan) -> int:

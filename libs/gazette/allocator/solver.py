@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from gazette.protocol import ProcessId
@@ -68,8 +69,10 @@ class Solution:
 class _State:
     """Working state: per-item member lists, per-member item sets and loads."""
 
-    def __init__(self, items: Mapping[str, int], members: Sequence[Member]) -> None:
+    def __init__(self, items: Mapping[str, int], members: Sequence[Member],
+                 excluded: Mapping[str, AbstractSet[ProcessId]] | None = None) -> None:
         self.replication = dict(items)
+        self.excluded = excluded or {}
         self.limit = {m.id: m.limit for m in members if m.limit > 0}
         self.zone_of = {m: m.zone for m in self.limit}
         self.zones = sorted({m.zone for m in self.limit})
@@ -83,6 +86,10 @@ class _State:
 
     def room(self, m: ProcessId) -> bool:
         return len(self.items_of[m]) < self.limit[m]
+
+    def ok(self, item: str, m: ProcessId) -> bool:
+        """Whether `m` may hold `item` at all (it can serve the item's stores)."""
+        return m not in self.excluded.get(item, ())
 
     def add(self, item: str, m: ProcessId) -> None:
         self.members_of[item].append(m)
@@ -110,11 +117,13 @@ class _State:
 
 
 def solve(items: Mapping[str, int], members: Sequence[Member],
-          current: Mapping[str, Sequence[ProcessId]] | None = None) -> Solution:
+          current: Mapping[str, Sequence[ProcessId]] | None = None,
+          excluded: Mapping[str, AbstractSet[ProcessId]] | None = None) -> Solution:
     """The desired assignments of `items` (item → replication) to `members`, given the
-    `current` assignments (item → members in slot order)."""
+    `current` assignments (item → members in slot order); `excluded`: item → members
+    that must not hold it."""
     current = current or {}
-    st = _State(items, members)
+    st = _State(items, members, excluded)
     _keep(st, current)
     _spread(st)
     _fill(st)
@@ -128,7 +137,8 @@ def solve(items: Mapping[str, int], members: Sequence[Member],
 def _keep(st: _State, current: Mapping[str, Sequence[ProcessId]]) -> None:
     for item, r in st.replication.items():
         for m in current.get(item, ()):
-            if m in st.limit and m not in st.members_of[item] and len(st.members_of[item]) < r:
+            if m in st.limit and m not in st.members_of[item] and \
+                    len(st.members_of[item]) < r and st.ok(item, m):
                 st.add(item, m)
     # An over-full member (its limit lowered) sheds what it took last.
     for m, lim in st.limit.items():
@@ -181,7 +191,7 @@ def _fill(st: _State) -> None:
                 key, m = heap[0]
                 if not st.room(m):
                     heapq.heappop(heap)
-                elif item in st.items_of[m]:
+                elif item in st.items_of[m] or not st.ok(item, m):
                     skipped.append((z, heapq.heappop(heap)))
                 else:
                     # Equally loaded members: the zone holding fewer of the item's
@@ -234,7 +244,8 @@ def _augment_one(st: _State, item: str, spread: bool) -> bool:
     parent: dict[ProcessId, tuple[ProcessId | None, str]] = {}
     queue: deque[ProcessId] = deque()
     for m in st.limit:
-        if item not in st.items_of[m] and (not spread or st.spread_ok(item, adding=m)):
+        if item not in st.items_of[m] and st.ok(item, m) and (
+                not spread or st.spread_ok(item, adding=m)):
             parent[m] = (None, item)
             queue.append(m)
     while queue:
@@ -251,7 +262,7 @@ def _augment_one(st: _State, item: str, spread: bool) -> bool:
                 m = prev
         for it in sorted(st.items_of[m]):
             for m2 in st.limit:
-                if m2 not in parent and it not in st.items_of[m2] and (
+                if m2 not in parent and it not in st.items_of[m2] and st.ok(it, m2) and (
                         not spread or st.spread_ok(it, without=m, adding=m2)):
                     parent[m2] = (m, it)
                     queue.append(m2)
@@ -302,7 +313,7 @@ def _move_one(st: _State, src: ProcessId, dst: ProcessId) -> bool:
     fallback: str | None = None
     dst_items = st.items_of[dst]
     for it in st.items_of[src]:
-        if it in dst_items:
+        if it in dst_items or not st.ok(it, dst):
             continue
         ms = st.members_of[it]
         if cross_zone and len(ms) >= 2 and not any(
@@ -332,7 +343,7 @@ def _respread(st: _State) -> bool:
         if len(ms) < 2 or len({m.zone for m in ms}) > 1:
             continue
         zone = ms[0].zone
-        room = [m for m in st.limit if m.zone != zone and st.room(m)]
+        room = [m for m in st.limit if m.zone != zone and st.room(m) and st.ok(item, m)]
         if room:
             dst = min(room, key=lambda m: (st.deviation(m), m))
             st.remove(item, ms[-1])

@@ -7,6 +7,7 @@ from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, U
 from gazette.client.fetch import FetchError, fetch_fragment
 from gazette.client.journal import (
     AppendContent,
+    Applied,
     FragmentInfo,
     JournalClient,
     ListedJournal,
@@ -23,6 +24,7 @@ __all__ = [
     "AppendQueue",
     "AppendResult",
     "AppendUncertain",
+    "Applied",
     "ApplyConflict",
     "BrokerError",
     "FetchError",

@@ -63,7 +63,7 @@ from gazette.client.wire import (
     pack,
     parse_address,
 )
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 from gazette.fragment import Fragment, fragment_from_pb
 from gazette.labels import LabelSet, Selector
 from gazette.pb import broker_pb2 as pb
@@ -92,6 +92,15 @@ _COMMIT = pb.AppendRequest()  # an empty content message commits the append
 
 
 @dataclass(frozen=True)
+class Applied:
+    """An applied change of specs: etcd's `revision` after it, and `warnings` about
+    specs that are likely not what their author meant (one sentence each)."""
+
+    revision: int
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ListedJournal:
     """A journal of a listing: its spec, the etcd revisions it was created and last
     modified at (pass `mod_revision` to `apply` to change it), and its route (empty
@@ -114,10 +123,12 @@ class Listing:
 @dataclass(frozen=True)
 class FragmentInfo:
     """A fragment of a journal and, if requested and it is persisted, a signed URL to
-    fetch it from its store (`fetch_fragment`)."""
+    fetch it from its store (`fetch_fragment`); for a closed fragment not persisted
+    yet, why its last upload failed (`persist_error`, "" if it did not)."""
 
     fragment: Fragment
     signed_url: str
+    persist_error: str = ""
 
 
 def _selector(selector: Selector | str) -> Selector:
@@ -134,9 +145,17 @@ def _not_str(content: object) -> None:
         raise ValidationError("content", "expected bytes, got str (encode it first)")
 
 
-def _check_offset(value: object, field: str, lo: int) -> int:
+#: The protocol's offsets and times are int64: past this, protobuf fails with a bare
+#: ValueError from deep inside a request.
+MAX_INT64 = 2**63 - 1
+
+
+def _check_offset(value: object, field: str, lo: int, hi: int = MAX_INT64) -> int:
+    """`value` as an int in ``lo..hi``; ValidationError naming `field` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValidationError(field, f"expected an int >= {lo}, got {value!r}")
+        raise ValidationError(field, f"expected an int >= {lo}, got {short_repr(value)}")
+    if value > hi:
+        raise ValidationError(field, f"must be at most {hi}, got {short_repr(value)}")
     return value
 
 
@@ -453,7 +472,9 @@ class JournalClient:
 
     def _result(self, journal: str, resp: pb.AppendResponse) -> AppendResult:
         if resp.status != pb.OK:
-            raise BrokerError(pb.Status.Name(resp.status), journal, "nothing was appended")
+            raise BrokerError(pb.Status.Name(resp.status), journal,
+                              f"{resp.detail}; nothing was appended" if resp.detail
+                              else "nothing was appended")
         commit = fragment_from_pb(resp.commit, "commit")
         APPENDS.inc()
         APPEND_BYTES.inc(commit.size)
@@ -551,6 +572,15 @@ class JournalClient:
                     return
                 except grpc.aio.AioRpcError as err:
                     await backoff.wait(err)
+                except BrokerError as err:
+                    # The journal's route is changing (a broker failing over or joining):
+                    # nothing was skipped; read on from `pos` in a moment.
+                    if err.status not in RETRYABLE_STATUSES:
+                        raise
+                    if ahead is not None:
+                        await ahead.drop()
+                        ahead = None
+                    await backoff.wait_status(err.status)
         finally:
             if ahead is not None:
                 await ahead.drop()
@@ -668,15 +698,20 @@ class JournalClient:
                                                   metadata_only=True), timeout=self.timeout)
             try:
                 async for resp in call:
-                    if resp.status not in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):
-                        raise BrokerError(pb.Status.Name(resp.status), journal,
-                                          "asking for the write head")
-                    return int(resp.write_head)
-                raise _ended_early(journal)
+                    if resp.status in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):
+                        return int(resp.write_head)
+                    status = pb.Status.Name(resp.status)
+                    if status not in RETRYABLE_STATUSES:
+                        raise BrokerError(status, journal, "asking for the write head")
+                    break
+                else:
+                    raise _ended_early(journal)
             except grpc.aio.AioRpcError as err:
                 await backoff.wait(err)
+                continue
             finally:
                 call.cancel()
+            await backoff.wait_status(status)  # the route is changing: ask again
 
     # -- journals and specs ----------------------------------------------------------
 
@@ -720,10 +755,11 @@ class JournalClient:
             finally:
                 call.cancel()
 
-    async def apply(self, changes: Sequence[SpecChange[JournalSpec]]) -> int:
+    async def apply(self, changes: Sequence[SpecChange[JournalSpec]]) -> Applied:
         """Apply `changes` (upserts, and deletes where `spec` is None) in one etcd
         transaction, each only if its journal is still at its expected mod `revision`
-        (0: must not exist). Returns the transaction's revision. Raises `ApplyConflict`
+        (0: must not exist). Returns the transaction's revision and the broker's warnings
+        about the specs (likely mistakes, applied all the same). Raises `ApplyConflict`
         if any revision is stale (nothing changed) and `ValidationError` naming the field
         the broker refused."""
         request = pb.ApplyRequest()
@@ -749,11 +785,11 @@ class JournalClient:
                 if lost:
                     applied = await self._applied(changes)
                     if applied:
-                        return applied
+                        return Applied(applied)
                 raise ApplyConflict(resp.header.etcd.revision, names_)
             if resp.status != pb.OK:
                 raise BrokerError(pb.Status.Name(resp.status), ", ".join(names_))
-            return int(resp.header.etcd.revision)
+            return Applied(int(resp.header.etcd.revision), tuple(resp.warnings))
 
     async def _applied(self, changes: Sequence[SpecChange[JournalSpec]]) -> int:
         """After a lost answer and then a conflict: the revision our own earlier attempt
@@ -789,7 +825,7 @@ class JournalClient:
         names.validate_journal_name(journal, "journal")
         _check_offset(begin_mod_time, "begin_mod_time", 0)
         _check_offset(end_mod_time, "end_mod_time", 0)
-        _check_offset(page_limit, "page_limit", 0)
+        _check_offset(page_limit, "page_limit", 0, 2**31 - 1)  # an int32
         request = pb.FragmentsRequest(journal=journal, begin_mod_time=begin_mod_time,
                                       end_mod_time=end_mod_time, page_limit=page_limit)
         if signature_ttl:
@@ -807,7 +843,8 @@ class JournalClient:
             if resp.status != pb.OK:
                 raise BrokerError(pb.Status.Name(resp.status), journal, "listing fragments")
             yield [FragmentInfo(fragment_from_pb(item.spec, f"fragments[{i}]"),
-                                item.signed_url) for i, item in enumerate(resp.fragments)]
+                                item.signed_url, item.persist_error)
+                   for i, item in enumerate(resp.fragments)]
             if not resp.next_page_token:
                 return
             request.next_page_token = resp.next_page_token

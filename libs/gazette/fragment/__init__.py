@@ -21,7 +21,7 @@ from gazette.fragment.fragment import (
     fragment_from_pb,
     fragment_to_pb,
 )
-from gazette.fragment.index import FragmentIndex, FragmentSet, from_listing
+from gazette.fragment.index import FragmentSet, JournalClosed, JournalIndex, from_listing
 from gazette.fragment.persister import Persister
 from gazette.fragment.spool import ClosedSpool, Spool
 
@@ -34,8 +34,9 @@ __all__ = [
     "CorruptFragment",
     "Decompressor",
     "Fragment",
-    "FragmentIndex",
     "FragmentSet",
+    "JournalClosed",
+    "JournalIndex",
     "Persister",
     "Sha1Verifier",
     "Spool",

@@ -4,18 +4,19 @@ A broker learns fragments from its own spools (local, not yet persisted) and fro
 listings (persisted). `FragmentSet` keeps one journal's fragments sorted and minimal: a
 fragment whose range another already covers is dropped (a persisted one wins over a local
 one of the same range), while partly overlapping fragments are all kept (they appear when
-a journal's peer set changes mid-fragment). `FragmentIndex` holds the sets of every
-journal and lets blocking reads wait for an offset to become readable.
+a journal's peer set changes mid-fragment). `JournalIndex` holds one journal's set on a
+broker and lets blocking reads wait for an offset to become readable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 from collections.abc import Iterable, Iterator
 
-from gazette.errors import ValidationError
+from gazette.errors import GazetteError, ValidationError
 from gazette.fragment.fragment import Fragment
 
 log = logging.getLogger(__name__)
@@ -92,85 +93,118 @@ class FragmentSet:
         return best
 
 
-class FragmentIndex:
-    """Every journal's `FragmentSet`, with waits for readable offsets."""
+class JournalClosed(GazetteError):
+    """The journal's replica on this broker was closed (the journal was deleted, or moved
+    to other brokers): reads of it end."""
 
-    def __init__(self) -> None:
-        self._sets: dict[str, FragmentSet] = {}
-        self._waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
 
-    def fragments(self, journal: str) -> FragmentSet:
-        return self._sets.get(journal) or FragmentSet()
+class JournalIndex:
+    """One journal's `FragmentSet` on this broker, with waits for readable offsets.
 
-    def end_offset(self, journal: str) -> int:
-        s = self._sets.get(journal)
-        return s.end_offset if s else 0
+    Each replica has its own: a journal deleted and created again gets a new index, so a
+    reader of the old one never sees the new one's offsets. A persisted fragment stays
+    known across store listings that lack it (a listing that began before it was
+    persisted, say) until retention proves it removed: its mod time is before the
+    retention cutoff. A reader therefore never skips persisted content because a
+    listing was stale.
+    """
 
-    def find(self, journal: str, offset: int) -> Fragment | None:
-        s = self._sets.get(journal)
-        return s.find(offset) if s else None
+    def __init__(self, journal: str) -> None:
+        self.journal = journal
+        self._set = FragmentSet()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._closed: JournalClosed | None = None
 
-    def add_local(self, fragment: Fragment) -> None:
-        """A fragment of this broker's spool (not yet persisted)."""
-        self._sets.setdefault(fragment.journal, FragmentSet()).add(fragment)
-        self._wake(fragment.journal)
+    def fragments(self) -> FragmentSet:
+        return self._set
 
-    def replace_persisted(self, journal: str, persisted: Iterable[Fragment]) -> None:
-        """A fresh listing of the stores replaces what was known persisted; local
-        fragments stay where the listing does not cover them yet."""
-        fresh = FragmentSet(persisted)
-        for f in self._sets.get(journal, ()):
-            if not f.backing_store:
+    @property
+    def end_offset(self) -> int:
+        return self._set.end_offset
+
+    def find(self, offset: int) -> Fragment | None:
+        return self._set.find(offset)
+
+    def add(self, fragment: Fragment) -> None:
+        """A fragment of this broker's spool (local), or one it persisted."""
+        self._set.add(fragment)
+        self._wake()
+
+    def replace_persisted(self, listed: Iterable[Fragment], cutoff: float | None,
+                          expired: Iterable[Fragment] = ()) -> None:
+        """A fresh listing of the stores replaces what was known persisted, except
+        persisted fragments the listing lacks whose removal retention does not prove:
+        neither listed past retention (`expired`) nor known to be older than `cutoff`
+        (Unix seconds before which retention removes fragments; None: it keeps them for
+        ever). Local fragments stay where the listing does not cover them yet."""
+        fresh = FragmentSet(listed)
+        gone = {(f.begin, f.end) for f in expired}
+        for f in self._set:
+            if not f.backing_store or ((f.begin, f.end) not in gone and (
+                    cutoff is None or not f.mod_time or f.mod_time >= cutoff)):
                 fresh.add(f)
-        self._sets[journal] = fresh
-        self._wake(journal)
+        self._set = fresh
+        self._wake()
 
-    def covers(self, journal: str, begin: int, end: int) -> bool:
-        """Whether fragments of `journal` hold every offset of [begin, end)."""
+    def covers(self, begin: int, end: int) -> bool:
+        """Whether fragments hold every offset of [begin, end)."""
         offset = begin
         while offset < end:
-            f = self.find(journal, offset)
+            f = self.find(offset)
             if f is None or f.begin > offset:
                 return False
             offset = f.end
         return True
 
-    async def wait_changed(self, journal: str, timeout: float) -> None:
-        """Return when `journal`'s fragments change (or after `timeout`)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(journal, []).append((-1, fut))
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            fut.cancel()
+    def close(self, reason: str) -> None:
+        """End every wait, now and later, with `JournalClosed`."""
+        self._closed = JournalClosed(f"{self.journal}: {reason}")
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(self._closed)
+        self._waiters.clear()
 
-    async def wait_for(self, journal: str, offset: int, timeout: float | None = None) -> None:
-        """Return once content at or beyond `offset` of `journal` is in the index."""
-        if self.end_offset(journal) > offset:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(journal, []).append((offset, fut))
-        try:
-            await asyncio.wait_for(fut, timeout)
-        finally:
-            fut.cancel()
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
 
-    def _wake(self, journal: str) -> None:
-        waiters = self._waiters.get(journal)
-        if not waiters:
+    async def wait_changed(self, timeout: float) -> None:
+        """Return when the fragments change (or after `timeout`)."""
+        with contextlib.suppress(TimeoutError):
+            await self._wait(-1, timeout)
+
+    async def wait_for(self, offset: int, timeout: float | None = None) -> None:
+        """Return once content at or beyond `offset` is in the index."""
+        if self.end_offset > offset and self._closed is None:
             return
-        end = self.end_offset(journal)
+        await self._wait(offset, timeout)
+
+    async def _wait(self, offset: int, timeout: float | None) -> None:
+        if self._closed is not None:
+            raise self._closed
+        waiter = (offset, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter[1]
+        finally:
+            waiter[1].cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        end = self.end_offset
         keep = []
-        for offset, fut in waiters:
+        for offset, fut in self._waiters:
             if fut.done():
                 continue
             if end > offset:
                 fut.set_result(None)
             else:
                 keep.append((offset, fut))
-        self._waiters[journal] = keep
+        self._waiters = keep
 
 
 def from_listing(paths: Iterable[tuple[str, int]], store_url: str) -> list[Fragment]:

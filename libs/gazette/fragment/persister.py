@@ -1,16 +1,23 @@
 """The persister: uploads closed spools to their journal's first store.
 
-A closed spool stays on local disk until its upload succeeds, and uploads are retried
-with backoff for as long as the store fails, so a store outage delays persistence but
-loses nothing. Compression runs in a worker thread, a block at a time into a file beside
-the spool (a fragment may be 512 MiB: it is never held in memory), and the file is
-uploaded.
+A closed spool stays on local disk until its upload succeeds. Uploads run a few at a time
+(`concurrency`, and at most `per_store` to any one store, so a slow store cannot take
+every slot), and each failed upload is retried on its own with a growing, jittered
+delay: a failing store delays only its own fragments, while other stores' keep flowing.
+Each store's health (pending fragments and bytes, whether its last upload failed and
+why) is kept for metrics and for `gazctl journals fragments`. Compression runs in a worker
+thread, a block at a time into a file beside the spool (a fragment may be 512 MiB: it is
+never held in memory), once per fragment however often its upload is retried.
 
 Every replica of a journal closes the same fragments. The primary uploads at once; a
 peer enqueues its copy `if_missing_after` a delay, and then uploads it only if the store
 does not hold it yet (its primary died first, say): one upload per fragment normally,
 and no fragment lost when the primary goes. `flush()` makes held copies due now (on
 shutdown).
+
+Disk is bounded: `max_pending_bytes` of closed spools may wait for one store; past that,
+the broker's appends to journals of that store wait for room (`wait_for_room`) and are
+then refused, rather than filling the disk.
 """
 
 from __future__ import annotations
@@ -18,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prometheus_client import Counter, Gauge
@@ -36,50 +43,102 @@ log = logging.getLogger(__name__)
 
 PERSISTED = Counter("gazette_fragments_persisted_total", "Fragments uploaded to stores")
 PERSIST_FAILURES = Counter("gazette_fragment_persist_failures_total",
-                           "Failed fragment uploads (retried)")
+                           "Failed fragment uploads (each retried later)", ["store"])
 PENDING = Gauge("gazette_fragments_pending_persist", "Closed spools waiting for upload")
+PENDING_BYTES = Gauge("gazette_fragments_pending_persist_bytes",
+                      "Bytes of closed spools waiting for upload to a store", ["store"])
+STORE_FAILING = Gauge("gazette_store_failing",
+                      "1 while a store's last upload failed, else 0", ["store"])
 ALREADY_STORED = Counter("gazette_fragments_already_stored_total",
                          "Peer copies of fragments found already persisted (not uploaded)")
+LOST = Counter("gazette_fragments_lost_total",
+               "Closed spools whose local file vanished before they were persisted")
 
-RETRY_INITIAL, RETRY_MAX = 0.2, 30.0
+RETRY_INITIAL, RETRY_MAX = 0.2, 10.0
+#: Uploads at once, in all and to one store.
+CONCURRENCY, PER_STORE = 4, 2
+#: Bytes of closed spools that may wait for one store before appends to it wait.
+DEFAULT_MAX_PENDING_BYTES = 4 << 30
 
 OnPersisted = Callable[[Fragment], None]
 
 
+@dataclass(eq=False)
+class _Upload:
+    spool: ClosedSpool
+    store: FragmentStore
+    if_missing: bool  # a peer's copy: uploaded only if the store lacks it
+    on_persisted: OnPersisted | None
+    due: float  # monotonic time it may be tried next
+    delay: float = RETRY_INITIAL
+    stored: Path | None = None  # the file to upload, once compressed
+    error: str = ""  # why the last attempt failed
+    running: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.spool.fragment.size
+
+
+@dataclass
+class StoreHealth:
+    """What is known of one store's uploads."""
+
+    url: str
+    pending: int = 0
+    pending_bytes: int = 0
+    in_flight: int = 0
+    failing: bool = False
+    last_error: str = ""
+    last_success: float = 0.0  # Unix seconds
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class Persister:
-    """Uploads closed spools, one at a time, in the order they were closed."""
+    """Uploads closed spools; run `run()` as a task until cancelled."""
 
     def __init__(self, on_persisted: OnPersisted | None = None,
-                 retry_initial: float = RETRY_INITIAL, retry_max: float = RETRY_MAX) -> None:
-        #: Spools to upload now: (spool, store, only if the store lacks it).
-        self._queue: deque[tuple[ClosedSpool, FragmentStore, bool]] = deque()
-        #: Peer copies held until their time: (due, spool, store), in enqueue order.
-        self._held: deque[tuple[float, ClosedSpool, FragmentStore]] = deque()
-        self._wake = asyncio.Event()
+                 retry_initial: float = RETRY_INITIAL, retry_max: float = RETRY_MAX,
+                 concurrency: int = CONCURRENCY, per_store: int = PER_STORE,
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+        """`on_persisted`: called for fragments enqueued without a callback of their own."""
         self._on_persisted = on_persisted
+        self._uploads: list[_Upload] = []
+        self._by_fragment: dict[tuple[str, int, int], _Upload] = {}
+        self._stores: dict[str, StoreHealth] = {}
+        self._wake = asyncio.Event()
         self._retry_initial, self._retry_max = retry_initial, retry_max
+        self.concurrency, self.per_store = concurrency, per_store
+        self.max_pending_bytes = max_pending_bytes
         self._idle = asyncio.Event()
         self._idle.set()
 
     def enqueue(self, spool: ClosedSpool, store: FragmentStore,
-                if_missing_after: float | None = None) -> None:
+                if_missing_after: float | None = None,
+                on_persisted: OnPersisted | None = None) -> None:
         """Persist `spool` to `store` (its journal's first store); with
         `if_missing_after`, only that many seconds later and only if the store does not
-        hold it by then. Never blocks: closed spools are already on disk, so the queue
-        holds only references."""
+        hold it by then. `on_persisted(fragment)` is called once it is stored. Never
+        blocks: closed spools are already on disk, so only references are held."""
+        now = time.monotonic()
+        upload = _Upload(spool, store, if_missing_after is not None,
+                         on_persisted or self._on_persisted,
+                         now + (if_missing_after or 0.0), self._retry_initial)
+        self._uploads.append(upload)
+        f = spool.fragment
+        self._by_fragment[(f.journal, f.begin, f.end)] = upload
+        health = self.health(store.url)
+        health.pending += 1
+        health.pending_bytes += upload.size
+        self._changed(health)
         self._idle.clear()
-        if if_missing_after is None:
-            self._queue.append((spool, store, False))
-        else:
-            self._held.append((time.monotonic() + if_missing_after, spool, store))
         self._wake.set()
-        PENDING.set(len(self._queue) + len(self._held))
 
     def flush(self) -> None:
-        """Make every held peer copy due now."""
-        while self._held:
-            _, spool, store = self._held.popleft()
-            self._queue.append((spool, store, True))
+        """Make every held peer copy, and every retry, due now."""
+        now = time.monotonic()
+        for upload in self._uploads:
+            upload.due = min(upload.due, now)
         self._wake.set()
 
     @property
@@ -91,45 +150,133 @@ class Persister:
         """Return once every enqueued spool is persisted."""
         await self._idle.wait()
 
-    async def run(self) -> None:
-        """Upload until cancelled."""
-        while True:
-            now = time.monotonic()
-            while self._held and self._held[0][0] <= now:
-                _, spool, store = self._held.popleft()
-                self._queue.append((spool, store, True))
-            if self._queue:
-                await self._persist(*self._queue.popleft())
-                PENDING.set(len(self._queue) + len(self._held))
-                continue
-            if not self._held:
-                self._idle.set()
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._held[0][0] - now if self._held else None):
-                    await self._wake.wait()
+    def health(self, url: str) -> StoreHealth:
+        health = self._stores.get(url)
+        if health is None:
+            health = self._stores[url] = StoreHealth(url)
+            health.room.set()
+        return health
 
-    async def _persist(self, spool: ClosedSpool, store: FragmentStore,
-                       if_missing: bool = False) -> None:
-        frag = spool.fragment
-        if if_missing and await self._stored(store, frag):
-            ALREADY_STORED.inc()
-            await self._done(spool, spool.path, store)
-            return
-        stored = await asyncio.to_thread(_compressed_file, spool.path, frag)
-        delay = self._retry_initial
-        while True:
-            try:
-                await store.put(frag, stored)
+    def stores(self) -> list[StoreHealth]:
+        return list(self._stores.values())
+
+    def error_of(self, fragment: Fragment) -> str:
+        """Why the upload of a closed, not yet persisted `fragment` last failed ("" if
+        it did not fail, or is not waiting)."""
+        upload = self._by_fragment.get((fragment.journal, fragment.begin, fragment.end))
+        return upload.error if upload is not None else ""
+
+    def has_room(self, url: str) -> bool:
+        """Whether closed spools waiting for store `url` are within the byte budget."""
+        health = self._stores.get(url)
+        return health is None or health.room.is_set()
+
+    async def wait_for_room(self, url: str, timeout: float) -> bool:
+        """Wait (at most `timeout` seconds) until store `url` is within its budget;
+        returns whether it is."""
+        health = self.health(url)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await health.room.wait()
+        return health.room.is_set()
+
+    def _changed(self, health: StoreHealth) -> None:
+        if health.pending_bytes < self.max_pending_bytes:
+            health.room.set()
+        else:
+            health.room.clear()
+        PENDING.set(len(self._uploads))
+        PENDING_BYTES.labels(health.url).set(health.pending_bytes)
+        STORE_FAILING.labels(health.url).set(1 if health.failing else 0)
+
+    async def run(self) -> None:
+        """Upload until cancelled: the earliest due uploads first, within the limits on
+        concurrency. An unexpected error (a bug) ends it: its owner treats that as
+        fatal."""
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                self._wake.clear()
+                now = time.monotonic()
+                # (No loop variable: an upload's callback, and so its replica, must not
+                # outlive its upload in this frame.)
+                running.update(asyncio.create_task(self._attempt(u))
+                               for u in self._next(now, len(running)))
+                if not self._uploads:
+                    self._idle.set()
+                later = [u.due for u in self._uploads if u.due > now and not u.running]
+                wait = min(later) - now if later else None
+                woken = asyncio.ensure_future(self._wake.wait())
+                done, _ = await asyncio.wait({woken, *running}, timeout=wait,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                finished = [t for t in running if t in done]
+                running.difference_update(finished)
+                del done
+                for result in [t.exception() for t in finished]:
+                    if result is not None:
+                        raise result  # a bug in an attempt is fatal
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    def _next(self, now: float, in_flight: int) -> list[_Upload]:
+        """Uploads to start now: due, not running, within the limits; earliest first."""
+        out: list[_Upload] = []
+        for upload in sorted((u for u in self._uploads if u.due <= now and not u.running),
+                             key=lambda u: u.due):
+            if in_flight + len(out) >= self.concurrency:
                 break
-            except StoreError as exc:
-                PERSIST_FAILURES.inc()
-                log.warning("persisting %s failed (%s); retrying in %.1fs", frag.path, exc,
-                            delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._retry_max)
-        PERSISTED.inc()
-        await self._done(spool, stored, store)
+            health = self.health(upload.store.url)
+            if health.in_flight >= self.per_store:
+                continue
+            health.in_flight += 1
+            upload.running = True
+            out.append(upload)
+        return out
+
+    async def _attempt(self, upload: _Upload) -> None:
+        health = self.health(upload.store.url)
+        frag = upload.spool.fragment
+        try:
+            if upload.if_missing and await self._stored(upload.store, frag):
+                ALREADY_STORED.inc()
+                await self._done(upload, upload.spool.path)
+                return
+            if upload.stored is None:
+                upload.stored = await asyncio.to_thread(_compressed_file, upload.spool.path,
+                                                        frag)
+            await upload.store.put(frag, upload.stored)
+        except FileNotFoundError as exc:
+            if upload.stored is None or not upload.stored.exists():
+                LOST.inc()
+                log.error("cannot persist %s: its local file is gone (%s); the fragment "
+                          "is lost here (other replicas may hold it)", frag.path, exc)
+                self._forget(upload)
+                return
+            self._failed(upload, health, exc)
+        except (StoreError, OSError) as exc:
+            self._failed(upload, health, exc)
+        else:
+            PERSISTED.inc()
+            health.failing, health.last_success = False, time.time()
+            await self._done(upload, upload.stored)
+        finally:
+            upload.running = False
+            health.in_flight -= 1
+            self._changed(health)
+            self._wake.set()
+
+    def _failed(self, upload: _Upload, health: StoreHealth, exc: BaseException) -> None:
+        PERSIST_FAILURES.labels(health.url).inc()
+        upload.error = health.last_error = f"{type(exc).__name__}: {exc}"
+        health.failing = True
+        wait = upload.delay * random.uniform(0.5, 1.5)
+        upload.due = time.monotonic() + wait
+        upload.delay = min(upload.delay * 2, self._retry_max)
+        log.warning("persisting %s failed (%s); retrying in %.1fs", upload.spool.fragment.path,
+                    upload.error, wait)
 
     async def _stored(self, store: FragmentStore, frag: Fragment) -> bool:
         try:
@@ -138,15 +285,26 @@ class Persister:
             log.warning("checking for %s failed (%s); uploading it", frag.path, exc)
             return False
 
-    async def _done(self, spool: ClosedSpool, stored: Path, store: FragmentStore) -> None:
-        frag = spool.fragment
-        for path in {stored, spool.path}:
+    async def _done(self, upload: _Upload, stored: Path) -> None:
+        frag = upload.spool.fragment
+        for path in {stored, upload.spool.path}:
             with contextlib.suppress(FileNotFoundError):
                 await asyncio.to_thread(path.unlink)
-        if self._on_persisted is not None:
+        self._forget(upload)
+        if upload.on_persisted is not None:
             # The store's own mod time is learned at the next listing; now is within a second.
-            self._on_persisted(replace(frag, backing_store=store.url,
-                                       mod_time=int(time.time())))
+            upload.on_persisted(replace(frag, backing_store=upload.store.url,
+                                        mod_time=int(time.time())))
+
+    def _forget(self, upload: _Upload) -> None:
+        self._uploads.remove(upload)
+        f = upload.spool.fragment
+        if self._by_fragment.get((f.journal, f.begin, f.end)) is upload:
+            del self._by_fragment[(f.journal, f.begin, f.end)]
+        health = self.health(upload.store.url)
+        health.pending -= 1
+        health.pending_bytes -= upload.size
+        self._changed(health)
 
 
 #: Spool content compressed per step: memory stays bounded whatever the fragment's size.

@@ -7,12 +7,18 @@ leaves nothing behind. The spool rolls to a new fragment at the spec's length, a
 flush interval, or on demand; a closed spool is a `Fragment` plus its local file, which
 the `Persister` uploads.
 
-Writes are plain `os.write` and `hashlib.sha1` on the loop's thread: measured here, that
-beat offloading to a worker thread (page-cache writes are fast; the hand-off is not).
+Writes are plain `os.pwrite` on the loop's thread: measured here, that beat offloading
+to a worker thread (page-cache writes are fast; the hand-off is not). The SHA-1s are
+summed by the caller (`summed=True`), on a worker thread for large chunks
+(`gazette.fragment.summer`). What may block for longer runs in worker threads: creating
+and removing spool files (`create`, `remove`), and large reads (`read_file`, which opens
+the file by path, so a spool closed meanwhile is never read through a reused
+descriptor).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import tempfile
@@ -37,15 +43,27 @@ class Spool:
     """The open fragment of one journal, from offset `begin`."""
 
     def __init__(self, journal: str, begin: int, directory: Path,
-                 codec: CompressionCodec = CompressionCodec.NONE) -> None:
+                 codec: CompressionCodec = CompressionCodec.NONE,
+                 file: tuple[int, Path] | None = None) -> None:
+        """A new spool file in `directory` (or `file`: one made already, by `create`)."""
         self.journal, self.begin, self.codec = journal, begin, codec
-        fd, name = tempfile.mkstemp(prefix="spool-", dir=directory)
-        self._fd, self.path = fd, Path(name)
+        if file is None:
+            fd, name = tempfile.mkstemp(prefix="spool-", dir=directory)
+            file = fd, Path(name)
+        self._fd, self.path = file
         self._committed = begin  # offset through which content is committed
         self._sha1 = hashlib.sha1()  # over committed content
         self._pending_sha1: hashlib._Hash | None = None
         self._written = begin  # offset through which bytes are written (incl. pending)
         self.first_append_at: float | None = None
+
+    @classmethod
+    async def create(cls, journal: str, begin: int, directory: Path,
+                     codec: CompressionCodec = CompressionCodec.NONE) -> Spool:
+        """A new spool, its file made in a worker thread (a slow disk never stalls the
+        loop)."""
+        fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix="spool-", dir=directory)
+        return cls(journal, begin, directory, codec, (fd, Path(name)))
 
     @property
     def end(self) -> int:
@@ -131,3 +149,15 @@ class Spool:
         """Close and delete (an empty spool, or one already persisted)."""
         os.close(self._fd)
         self.path.unlink(missing_ok=True)
+
+    async def remove(self) -> None:
+        """`discard`, the file removed in a worker thread."""
+        os.close(self._fd)
+        await asyncio.to_thread(self.path.unlink, missing_ok=True)
+
+
+def read_file(path: Path, offset: int, size: int) -> bytes:
+    """`size` bytes (fewer at the end) of the file at `path` from `offset` (blocking: for
+    a worker thread). Raises FileNotFoundError once the file is gone (persisted)."""
+    with open(path, "rb", buffering=0) as fh:
+        return os.pread(fh.fileno(), size, offset)

@@ -1,14 +1,16 @@
 """``gazctl``: journals from the command line, as in the broker tutorial.
 
     gazctl journals list [-l SELECTOR] [--primary] [--replicas] [--format table|yaml|json]
-    gazctl journals apply [-f FILE|-] [--dry-run]
-    gazctl journals edit -l SELECTOR
+    gazctl journals apply [-f FILE|-] [--dry-run] [--max-txn-size N]
+    gazctl journals edit -l SELECTOR [--max-txn-size N]
     gazctl journals append (-l SELECTOR | JOURNAL) [--framing lines|none|fixed]
+                           [--max-record-size BYTES]
     gazctl journals read -l SELECTOR [--block] [--tail] [--offset N] [--direct]
     gazctl journals fragments [-l SELECTOR] [--from T] [--to T] [--url] [--format table|json]
     gazctl journals prune -l SELECTOR [--dry-run] [--file-root DIR]
 
-Global flags (anywhere on the line): ``--broker``, ``--log.level``, ``--log.format``.
+Global flags (anywhere on the line): ``--broker``, ``--log.level``, ``--log.format``;
+``gazctl --version`` prints the version.
 Exit status: 0 done, 1 failed, 2 bad usage. See docs/gazctl.md.
 """
 
@@ -28,6 +30,7 @@ from datetime import timedelta
 from typing import IO, Any, NoReturn, TextIO
 
 from gazette.gazctl.config import (
+    MAX_TXN_SIZE,
     Address,
     UsageError,
     broker_address,
@@ -35,12 +38,29 @@ from gazette.gazctl.config import (
     journal_arg,
     offset_arg,
     selector_arg,
+    size_arg,
     time_arg,
+    txn_size_arg,
 )
+from gazette.gazctl.framing import MAX_RECORD
 from gazette.gazctl.output import LOG_LEVELS, JsonFormatter, TextFormatter
 from gazette.labels import Selector
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: The distribution gazctl comes in (pyproject.toml's ``name``): where its version is.
+DISTRIBUTION = "gazette-py"
+
+
+def version() -> str:
+    """The installed distribution's version; a placeholder when run from a source tree
+    that was never installed (there is no other place to read it from)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,6 +89,7 @@ def _global_flags() -> Parser:
 
 def build_parser() -> Parser:
     """The whole command line."""
+    from gazette.gazctl import apply as apply_cmd
     from gazette.gazctl import journals as cmd
 
     common = _global_flags()
@@ -76,6 +97,8 @@ def build_parser() -> Parser:
     parser = Parser(prog="gazctl", parents=[common], formatter_class=raw,
                     description="gazctl talks to Gazette brokers.",
                     epilog="Run 'gazctl journals --help' for the journals commands.")
+    parser.add_argument("--version", action="version", version=f"gazctl {version()}",
+                        help="print gazctl's version and exit")
     parser.set_defaults(help_parser=parser, verb=None)
     nouns = parser.add_subparsers(dest="noun", metavar="COMMAND")
     journals = nouns.add_parser("journals", parents=[common], help="work with journals",
@@ -83,6 +106,13 @@ def build_parser() -> Parser:
                                             "inspect the fragments of journals.")
     journals.set_defaults(help_parser=journals)
     verbs = journals.add_subparsers(dest="verb", metavar="VERB")
+
+    def txn_size(p: Parser) -> None:
+        p.add_argument("--max-txn-size", type=txn_size_arg, default=MAX_TXN_SIZE,
+                       metavar="N",
+                       help="apply at most N changes in one transaction: more go in "
+                            "batches, each atomic, the whole not "
+                            f"(1-{MAX_TXN_SIZE}, default: {MAX_TXN_SIZE})")
 
     def verb(name: str, run: cmd.Command, help_: str, description: str) -> Parser:
         p: Parser = verbs.add_parser(name, parents=[common], help=help_, formatter_class=raw,
@@ -110,20 +140,23 @@ def build_parser() -> Parser:
     p.add_argument("-L", "--label-columns", action="append", default=[], metavar="LABEL",
                    help="show a label's values as a column (repeatable)")
 
-    p = verb("apply", cmd.cmd_apply, "apply journal specs from YAML",
+    p = verb("apply", apply_cmd.cmd_apply, "apply journal specs from YAML",
              "Apply a YAML tree of journal specs (as 'list --format yaml' prints it) in\n"
-             "one transaction. A spec with 'revision: N' is applied only if the journal\n"
+             "one transaction (more than --max-txn-size changes: in batches, each one\n"
+             "transaction). A spec with 'revision: N' is applied only if the journal\n"
              "is still at revision N; without one, only if it does not exist yet.\n"
              "'delete: true' deletes a journal.")
     p.add_argument("-f", "--specs", dest="file", default="-", metavar="FILE",
                    help="YAML file to apply, '-' for stdin (default: -)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and show the changes, apply nothing")
+    txn_size(p)
 
-    p = verb("edit", cmd.cmd_edit, "edit journal specs in $EDITOR",
+    p = verb("edit", apply_cmd.cmd_edit, "edit journal specs in $EDITOR",
              "List the selected journals' specs into a temporary YAML file, open it in\n"
              "$EDITOR (default: vi), and apply what you saved, with revision checks.")
     selector(p, True, "to edit")
+    txn_size(p)
 
     p = verb("append", cmd.cmd_append, "append stdin to a journal",
              "Append the input to one journal, streaming it as it arrives. With lines\n"
@@ -137,6 +170,10 @@ def build_parser() -> Parser:
                    help="records of the input (default: lines)")
     p.add_argument("-i", "--input", default="-", metavar="FILE",
                    help="input file, '-' for stdin (default: -)")
+    p.add_argument("--max-record-size", type=size_arg, default=MAX_RECORD, metavar="BYTES",
+                   help="longest line or frame (and append) of lines or fixed framing: "
+                        "a longer one is an error (default: 268435456, 256 MiB, the "
+                        "broker's default --broker.max-append-size)")
 
     p = verb("read", cmd.cmd_read, "read journals to stdout",
              "Write the content of the selected journals to stdout, from offset 0 (or\n"

@@ -19,11 +19,14 @@ from pathlib import Path
 
 from gazette import names
 from gazette.client import parse_address
-from gazette.errors import GazetteError, ValidationError
+from gazette.client.journal import MAX_INT64  # offsets, times and sizes are int64
+from gazette.errors import GazetteError, ValidationError, short_repr
 from gazette.labels import Selector
 from gazette.protocol.durations import parse_duration
 
 DEFAULT_ADDRESS = "http://localhost:8080"
+#: etcd's default --max-txn-ops: the most changes one Apply may carry.
+MAX_TXN_SIZE = 128
 #: Sections of gazctl.ini holding ``Address``, first match wins.
 INI_SECTIONS = ("journals.Broker", "journals.broker", "journals", "Broker", "broker")
 
@@ -115,16 +118,43 @@ def duration_arg(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(err.reason) from None
 
 
-def offset_arg(text: str) -> int:
-    """A byte offset >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a byte offset, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (use --tail to start at the "
-                                         f"write head), got {value}")
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def bounded_int(text: str, what: str, lo: int, hi: int, *, below: str = "",
+                above: str = "") -> int:
+    """An integer in ``lo..hi`` (ASCII digits only); ArgumentTypeError saying which bound
+    it broke (`below`/`above`: why that bound), with the value as given. Checked here
+    because protobuf would fail deep inside with a traceback on anything past int64."""
+    s = text.strip()
+    if not _INT.fullmatch(s):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {short_repr(text)}")
+    digits = s.lstrip("+-")
+    # int() refuses more than 4300 digits, and such a number is no use in a message.
+    shown = s if len(digits) <= 40 else f"a {len(digits)}-digit number"
+    value = int(s) if len(digits) <= 40 else (-1 if s.startswith("-") else 1) * 10**40
+    if value < lo:
+        raise argparse.ArgumentTypeError(f"must be at least {lo}{below}, got {shown}")
+    if value > hi:
+        raise argparse.ArgumentTypeError(f"must be at most {hi}{above}, got {shown}")
     return value
+
+
+def offset_arg(text: str) -> int:
+    """A byte offset, 0 to 2^63-1."""
+    return bounded_int(text, "a byte offset", 0, MAX_INT64,
+                       below=" (use --tail to start at the write head)")
+
+
+def txn_size_arg(text: str) -> int:
+    """How many changes one Apply may carry: 1 to etcd's limit."""
+    return bounded_int(text, "a number of changes", 1, MAX_TXN_SIZE,
+                       above=" (etcd's limit of operations in one transaction)")
+
+
+def size_arg(text: str) -> int:
+    """A size in bytes, at least 1."""
+    return bounded_int(text, "a number of bytes", 1, MAX_INT64)
 
 
 _AGO = re.compile(r"^(.+?)\s*ago$")
@@ -135,14 +165,15 @@ def parse_time(text: str, now: float | None = None) -> int:
     local time unless it has an offset or ``Z``), or a duration ago (``1h``, ``90m ago``).
     """
     s = text.strip()
-    if re.fullmatch(r"\d+", s):
+    if re.fullmatch(r"[0-9]+", s):
         return int(s)
     now = time.time() if now is None else now
     m = _AGO.match(s)
     try:
         return int(now - parse_duration(m.group(1) if m else s, "time").total_seconds())
-    except ValidationError:
-        pass
+    except ValidationError as err:
+        if "longer than" in err.reason:  # a duration, but too long: say so
+            raise ValueError(err.reason) from None
     try:
         when = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith("Z") else s)
     except ValueError:
@@ -152,7 +183,13 @@ def parse_time(text: str, now: float | None = None) -> int:
 
 
 def time_arg(text: str) -> int:
+    """A time (see `parse_time`) as Unix seconds, 1970 to 2^63-1."""
+    if re.fullmatch(r"[0-9]+", text.strip()):
+        return bounded_int(text, "a time", 0, MAX_INT64, above=" (Unix seconds)")
     try:
-        return parse_time(text)
+        value = parse_time(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{short_repr(text)} is before 1970-01-01T00:00:00Z")
+    return value

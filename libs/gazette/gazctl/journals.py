@@ -1,4 +1,5 @@
-"""The ``gazctl journals`` verbs: list, apply, edit, append, read, fragments, prune."""
+"""The ``gazctl journals`` verbs list, append, read, fragments and prune, and what every
+verb shares (`Context`, `CommandError`, logging); apply and edit are in `gazctl.apply`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,6 @@ import io
 import json
 import logging
 import os
-import shlex
-import subprocess
-import tempfile
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +18,6 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from gazette.client import (
-    ApplyConflict,
     FragmentInfo,
     JournalClient,
     ListedJournal,
@@ -31,15 +28,15 @@ from gazette.fragment import Fragment
 from gazette.gazctl.framing import (
     FramingError,
     InputPump,
+    RecordTooLong,
     batches,
     fixed_boundary,
     lines_boundary,
 )
 from gazette.gazctl.output import Progress, ago, human_bytes, table
-from gazette.labels import LabelSet, Selector
-from gazette.protocol import JournalSpec
+from gazette.labels import Selector
 from gazette.protocol.journal_spec import SuspendLevel
-from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
+from gazette.protocol.trees import specs_to_yaml
 
 log = logging.getLogger("gazette.gazctl")
 
@@ -156,140 +153,6 @@ async def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-# -- apply and edit --------------------------------------------------------------------
-
-
-def parse_specs(text: str, source: str) -> list[SpecChange[JournalSpec]]:
-    """Changes from apply-style YAML; CommandError naming `source` and the field."""
-    try:
-        changes = journal_changes_from_yaml(text)
-    except ValidationError as err:
-        raise CommandError(f"{source}: invalid journal specs: {err}") from None
-    if not changes:
-        raise CommandError(f"{source}: no journal specs found")
-    return changes
-
-
-async def explain_conflict(client: JournalClient, changes: Sequence[SpecChange[JournalSpec]],
-                           err: ApplyConflict) -> str:
-    """Which changes were stale, and why, as one line."""
-    wanted = Selector(LabelSet([("name", c.name) for c in changes]))
-    try:
-        now = {j.spec.name: j.mod_revision for j in (await client.list(wanted)).journals}
-    except GazetteError:
-        now = None
-    stale = []
-    for c in changes:
-        current = None if now is None else now.get(c.name, 0)
-        if current is None or current == c.revision:
-            continue
-        if c.revision == 0:
-            stale.append(f"{c.name} already exists (at revision {current}; give its "
-                         "revision: to change it)")
-        elif current == 0:
-            stale.append(f"{c.name} no longer exists (it was at revision {c.revision})")
-        else:
-            stale.append(f"the spec of {c.name} changed since revision {c.revision} "
-                         f"(it is now at revision {current})")
-    if not stale:
-        return f"not applied: a spec changed since it was read (etcd is at revision " \
-               f"{err.revision}); list the journals again and re-apply your changes"
-    return "not applied: " + "; ".join(stale) + "; list the journals again and " \
-        "re-apply your changes"
-
-
-async def apply_changes(ctx: Context, changes: Sequence[SpecChange[JournalSpec]]) -> int:
-    """Apply; the revision. CommandError (one line) if a revision was stale or the
-    broker refused a spec."""
-    try:
-        revision = await ctx.client.apply(changes)
-    except ApplyConflict as err:
-        raise CommandError(await explain_conflict(ctx.client, changes, err)) from None
-    except ValidationError as err:
-        raise CommandError(f"the broker refused the specs: {err}") from None
-    info("successfully applied", revision=revision)
-    return revision
-
-
-async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
-    if args.file == "-":
-        source = "stdin"
-        # In a daemon thread: Ctrl-C while waiting on a terminal must not hang the exit.
-        data = b"".join([chunk async for chunk in InputPump(_reader(ctx.stdin)).chunks()])
-        try:
-            text = data.decode()
-        except UnicodeDecodeError as exc:
-            raise CommandError(f"stdin is not UTF-8 text: {exc}") from None
-    else:
-        source = args.file
-        try:
-            text = await asyncio.to_thread(Path(args.file).read_text, encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {args.file}: "
-                               f"{getattr(exc, 'strerror', None) or exc}") from None
-    changes = parse_specs(text, source)
-    if args.dry_run:
-        for c in changes:
-            action = "delete" if c.is_delete else "upsert"
-            expect = f"at revision {c.revision}" if c.revision else "new"
-            ctx.echo(f"{action} {c.name} ({expect})")
-        info("dry run: nothing was applied", changes=len(changes))
-        return 0
-    await apply_changes(ctx, changes)
-    return 0
-
-
-EDIT_HEADER = """\
-# Edit the journal specs below, then save and quit: they are applied in one transaction,
-# each only if it is still at its revision. Lines beginning with '#' are ignored; an
-# unchanged or empty file applies nothing.
-"""
-
-
-def _meaningful(text: str) -> str:
-    return "\n".join(line.rstrip() for line in text.splitlines()
-                     if line.strip() and not line.lstrip().startswith("#"))
-
-
-def run_editor(editor: str, path: str) -> int:
-    """Run ``$EDITOR "$path"`` through the shell (so ``EDITOR="code --wait"`` or
-    ``EDITOR="sed -i s/a/b/"`` work); its exit status."""
-    return subprocess.run(f"{editor} {shlex.quote(path)}", shell=True, check=False).returncode
-
-
-async def cmd_edit(ctx: Context, args: argparse.Namespace) -> int:
-    journals = await _selected(ctx, args.selector)
-    if not journals:
-        raise CommandError(f"no journals match the selector {args.selector.format()!r}")
-    original = EDIT_HEADER + specs_to_yaml([(j.spec, j.mod_revision) for j in journals])
-    fd, path = tempfile.mkstemp(prefix="gazctl-journals-edit-", suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(original)
-    editor = ctx.env.get("EDITOR") or "vi"
-    status = await asyncio.to_thread(run_editor, editor, path)
-    if status != 0:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise CommandError(f"the editor ({editor}) exited with status {status}; nothing "
-                           "was applied")
-    try:
-        edited = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CommandError(f"cannot read the edited specs {path}: {exc}") from None
-    if not _meaningful(edited) or _meaningful(edited) == _meaningful(original):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        ctx.stderr.write("Edit cancelled, no changes made.\n")
-        return 0
-    try:
-        await apply_changes(ctx, parse_specs(edited, "edited specs"))
-    except CommandError as err:
-        raise CommandError(f"{err} (your edit is kept in {path})") from None
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    return 0
-
-
 # -- append ----------------------------------------------------------------------------
 
 
@@ -347,18 +210,20 @@ async def cmd_append(ctx: Context, args: argparse.Namespace) -> int:
                       end=result.commit.end)
         else:
             if args.framing == "fixed":
-                def boundary(buf: bytearray, limit: int) -> int:
-                    return fixed_boundary(buf, limit, pump.taken)
+                def boundary(buf: bytearray, limit: int, start: int) -> int:
+                    return fixed_boundary(buf, limit, start, at=pump.taken)
             else:
                 boundary = lines_boundary
-            async for batch in batches(pump, boundary, partial_ok=args.framing == "lines"):
+            async for batch in batches(pump, boundary, partial_ok=args.framing == "lines",
+                                       max_record=args.max_record_size):
                 result = await ctx.patient.append(journal, batch)
                 appended += result.commit.size
                 debug("append response", journal=journal, begin=result.commit.begin,
                       end=result.commit.end)
         pump.check()
     except FramingError as err:
-        raise CommandError(f"{source}: {err}") from None
+        hint = "; --max-record-size sets it" if isinstance(err, RecordTooLong) else ""
+        raise CommandError(f"{source}: {err}{hint}") from None
     except OSError as exc:
         if pump.error is exc:
             raise CommandError(f"cannot read {source}: {exc.strerror or exc}") from None
@@ -417,7 +282,7 @@ def fragment_to_dict(info_: FragmentInfo) -> dict[str, Any]:
     return {"journal": f.journal, "begin": f.begin, "end": f.end, "sha1": f.sha1.hex(),
             "compression_codec": f.codec.value, "backing_store": f.backing_store,
             "mod_time": f.mod_time, "path_postfix": f.path_postfix, "path": f.path,
-            "signed_url": info_.signed_url}
+            "signed_url": info_.signed_url, "persist_error": info_.persist_error}
 
 
 def fragments_table(infos: Sequence[FragmentInfo], *, urls: bool = False,
@@ -426,11 +291,19 @@ def fragments_table(infos: Sequence[FragmentInfo], *, urls: bool = False,
     rows = []
     for item in infos:
         f = item.fragment
-        rows.append([f.journal, str(f.begin), human_bytes(f.size), ago(f.mod_time, now),
+        persisted = ago(f.mod_time, now) if f.mod_time else (
+            f"failing: {_short(item.persist_error)}" if item.persist_error else "")
+        rows.append([f.journal, str(f.begin), human_bytes(f.size), persisted,
                      f.sha1.hex()[:12] + "...", f.codec.value,
                      *([item.signed_url] if urls else [])])
     return table(["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION",
                   *(["URL"] if urls else [])], rows)
+
+
+def _short(text: str, width: int = 80) -> str:
+    """One line of at most `width` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 async def _fragments_of(ctx: Context, journals: Sequence[str], *, begin: int = 0,

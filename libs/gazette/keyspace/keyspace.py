@@ -37,6 +37,9 @@ V = TypeVar("V")
 RETRY_INITIAL, RETRY_MAX = 0.1, 2.0
 #: While someone waits for a revision, ask etcd for watch progress this often.
 PROGRESS_REQUEST_INTERVAL = 0.5
+#: An idle watch asks for progress this often, and is started again when it answered
+#: nothing for this long.
+WATCH_PROGRESS_SECONDS, WATCH_STALL_SECONDS = 5.0, 20.0
 
 
 KEYSPACE_REVISION = Gauge(
@@ -87,6 +90,9 @@ class KeySpace(Generic[V]):
         self.decode = decode
         #: The etcd revision this mirror reflects: every change at or below it is applied.
         self.revision = 0
+        #: The highest revision etcd is known to have reached (response headers): at
+        #: least `revision`, maybe more (changes outside the prefix).
+        self.etcd_revision = 0
         self.decode_errors = 0
         self.watch_restarts = 0
         self._entries: dict[str, Entry[V]] = {}
@@ -96,6 +102,7 @@ class KeySpace(Generic[V]):
         self._waiter_seq = 0
         self._observers: list[Observer] = []
         self._call: Any = None
+        self._last_response = 0.0
         self._write_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
@@ -136,6 +143,7 @@ class KeySpace(Generic[V]):
     async def load(self) -> None:
         """Replace the mirror with the prefix as of now (one range read)."""
         result = await self.etcd.get_prefix(self.prefix)
+        self.etcd_revision = max(self.etcd_revision, result.revision)
         KEYSPACE_RELOADS.labels(self.prefix).inc()
         old = self._entries
         self._entries, self._keys, self._undecodable = {}, [], set()
@@ -176,13 +184,20 @@ class KeySpace(Generic[V]):
                 delay = min(delay * 2, RETRY_MAX)
 
     async def _watch_stream(self) -> AsyncIterator[None]:
-        """One watch stream from `revision + 1`; yields after each response."""
+        """One watch stream from `revision + 1`; yields after each response. A stream
+        that answers nothing, not even a requested progress notification, for
+        `WATCH_STALL_SECONDS` is given up (etcd paused, a connection half-open)."""
         call = self.etcd.open_watch()
         self._call = call
+        loop = asyncio.get_running_loop()
+        self._last_response = loop.time()
+        watchdog = asyncio.create_task(self._watchdog(call), name=f"watchdog:{self.prefix}")
         try:
             async with self._write_lock:
                 await call.write(Etcd.watch_create_request(self.prefix, self.revision + 1))
             async for resp in iterate_stream(call):
+                self._last_response = loop.time()
+                self.etcd_revision = max(self.etcd_revision, int(resp.header.revision))
                 if resp.compact_revision:
                     log.warning("watch of %s: revision %d was compacted (to %d); reloading",
                                 self.prefix, self.revision + 1, resp.compact_revision)
@@ -200,9 +215,31 @@ class KeySpace(Generic[V]):
                     self._advance(int(resp.header.revision), [])
                 yield
             raise EtcdError(f"watch of {self.prefix} ended by etcd")
+        except asyncio.CancelledError:
+            # The watchdog's cancel of the call (not of this task): a stalled stream.
+            task = asyncio.current_task()
+            if watchdog.done() and not watchdog.cancelled() and watchdog.result() and \
+                    task is not None and not task.cancelling():
+                raise EtcdError(f"watch of {self.prefix} answered nothing for "
+                                f"{WATCH_STALL_SECONDS:.0f}s") from None
+            raise
         finally:
+            watchdog.cancel()
             self._call = None
             call.cancel()
+
+    async def _watchdog(self, call: Any) -> bool:
+        """Ask for progress now and then; cancel `call` (returning True) once it has
+        answered nothing for `WATCH_STALL_SECONDS`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(WATCH_PROGRESS_SECONDS)
+            if loop.time() - self._last_response > WATCH_STALL_SECONDS:
+                log.warning("watch of %s answered nothing for %.0fs; starting it again",
+                            self.prefix, loop.time() - self._last_response)
+                call.cancel()
+                return True
+            await self._request_progress()
 
     async def _quiet_through(self, revision: int) -> bool:
         """Whether nothing under the prefix changed after our revision up to `revision`.
@@ -285,7 +322,8 @@ class KeySpace(Generic[V]):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiter_seq += 1
-        heapq.heappush(self._waiters, (revision, self._waiter_seq, fut))
+        waiter = (revision, self._waiter_seq, fut)
+        heapq.heappush(self._waiters, waiter)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         try:
@@ -302,6 +340,20 @@ class KeySpace(Generic[V]):
                 await asyncio.wait({fut}, timeout=wait)
         finally:
             fut.cancel()
+            if not fut.done() or fut.cancelled():
+                # Given up (a timeout, a cancelled caller): leave nothing behind.
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                    heapq.heapify(self._waiters)
+
+    async def current_revision(self, at_least: int = 0) -> int:
+        """The revision etcd has reached, as far as known; asked of etcd (one read with
+        a deadline) when `at_least` is beyond what is known, so that a caller can tell
+        a revision etcd has reached from one it has not."""
+        if at_least > self.etcd_revision:
+            revision, _ = await self.etcd.get(self.prefix)
+            self.etcd_revision = max(self.etcd_revision, revision)
+        return max(self.etcd_revision, self.revision)
 
     async def _request_progress(self) -> None:
         call = self._call

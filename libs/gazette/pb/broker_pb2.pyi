@@ -567,19 +567,28 @@ class BrokerSpec(_message.Message):
 
     PROCESS_SPEC_FIELD_NUMBER: _builtins.int
     JOURNAL_LIMIT_FIELD_NUMBER: _builtins.int
+    STORE_SCHEMES_FIELD_NUMBER: _builtins.int
     journal_limit: _builtins.int
     """Maximum number of journals the broker will be assigned."""
     @_builtins.property
     def process_spec(self) -> Global___ProcessSpec: ...
+    @_builtins.property
+    def store_schemes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """URL schemes of the fragment stores the broker can persist to and read from
+        (e.g. "file", "s3"). It is assigned only journals all of whose stores are of
+        these kinds. Empty means any.
+        """
+
     def __init__(
         self,
         *,
         process_spec: Global___ProcessSpec | None = ...,
         journal_limit: _builtins.int = ...,
+        store_schemes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["process_spec", b"process_spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["journal_limit", b"journal_limit", "process_spec", b"process_spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["journal_limit", b"journal_limit", "process_spec", b"process_spec", "store_schemes", b"store_schemes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -932,21 +941,30 @@ class ApplyResponse(_message.Message):
 
     STATUS_FIELD_NUMBER: _builtins.int
     HEADER_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     status: Global___Status.ValueType
     """OK, or ETCD_TRANSACTION_FAILED if an expected revision didn't match."""
     @_builtins.property
     def header(self) -> Global___Header:
         """Header whose Etcd revision is that of the applied transaction."""
 
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Applied specs that are likely not what their author meant (a replication
+        above the number of brokers, no fragment stores, ...), one sentence each,
+        naming the journal. The specs were applied all the same.
+        """
+
     def __init__(
         self,
         *,
         status: Global___Status.ValueType = ...,
         header: Global___Header | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "status", b"status", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1162,12 +1180,17 @@ class AppendResponse(_message.Message):
     REGISTERS_FIELD_NUMBER: _builtins.int
     TOTAL_CHUNKS_FIELD_NUMBER: _builtins.int
     DELAYED_CHUNKS_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
     status: Global___Status.ValueType
     total_chunks: _builtins.int
     """Number of content chunks the append was made of."""
     delayed_chunks: _builtins.int
     """Number of those chunks which were delayed by the journal's append rate
     limit.
+    """
+    detail: _builtins.str
+    """Why the append was refused (with a Status other than OK), for people: e.g.
+    the size limit it exceeded. Empty when OK.
     """
     @_builtins.property
     def header(self) -> Global___Header: ...
@@ -1190,10 +1213,11 @@ class AppendResponse(_message.Message):
         registers: Global___LabelSet | None = ...,
         total_chunks: _builtins.int = ...,
         delayed_chunks: _builtins.int = ...,
+        detail: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "header", b"header", "registers", b"registers"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "delayed_chunks", b"delayed_chunks", "header", b"header", "registers", b"registers", "status", b"status", "total_chunks", b"total_chunks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "delayed_chunks", b"delayed_chunks", "detail", b"detail", "header", b"header", "registers", b"registers", "status", b"status", "total_chunks", b"total_chunks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1382,9 +1406,14 @@ class FragmentsResponse(_message.Message):
 
         SPEC_FIELD_NUMBER: _builtins.int
         SIGNED_URL_FIELD_NUMBER: _builtins.int
+        PERSIST_ERROR_FIELD_NUMBER: _builtins.int
         signed_url: _builtins.str
         """Signed URL of the fragment file, if signature_ttl was requested and the
         fragment is persisted.
+        """
+        persist_error: _builtins.str
+        """For a closed fragment not persisted yet: why its last upload to the
+        journal's store failed (empty if it did not fail, or is still open).
         """
         @_builtins.property
         def spec(self) -> Global___Fragment: ...
@@ -1393,10 +1422,11 @@ class FragmentsResponse(_message.Message):
             *,
             spec: Global___Fragment | None = ...,
             signed_url: _builtins.str = ...,
+            persist_error: _builtins.str = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["signed_url", b"signed_url", "spec", b"spec"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["persist_error", b"persist_error", "signed_url", b"signed_url", "spec", b"spec"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

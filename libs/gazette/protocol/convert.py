@@ -180,10 +180,11 @@ def _process_spec_to_pb(spec: MemberSpec) -> bpb.ProcessSpec:
 
 
 def _member_from_pb(ps: bpb.ProcessSpec, limit: int, field: str,
-                    limit_field: str) -> MemberSpec:
+                    limit_field: str, store_schemes: tuple[str, ...] = ()) -> MemberSpec:
     pid = build(ProcessId, f"{field}.id", zone=ps.id.zone, suffix=ps.id.suffix)
     try:
-        return MemberSpec(id=pid, endpoint=ps.endpoint, item_limit=limit)
+        return MemberSpec(id=pid, endpoint=ps.endpoint, item_limit=limit,
+                          store_schemes=store_schemes)
     except ValidationError as err:
         # Name the message's fields, not the dataclass's.
         raise ValidationError(
@@ -192,11 +193,13 @@ def _member_from_pb(ps: bpb.ProcessSpec, limit: int, field: str,
 
 
 def broker_spec_to_pb(spec: MemberSpec) -> bpb.BrokerSpec:
-    return bpb.BrokerSpec(process_spec=_process_spec_to_pb(spec), journal_limit=spec.item_limit)
+    return bpb.BrokerSpec(process_spec=_process_spec_to_pb(spec), journal_limit=spec.item_limit,
+                          store_schemes=list(spec.store_schemes))
 
 
 def broker_spec_from_pb(msg: bpb.BrokerSpec) -> MemberSpec:
-    return _member_from_pb(msg.process_spec, msg.journal_limit, "process_spec", "journal_limit")
+    return _member_from_pb(msg.process_spec, msg.journal_limit, "process_spec", "journal_limit",
+                           tuple(msg.store_schemes))
 
 
 def consumer_spec_to_pb(spec: MemberSpec) -> cpb.ConsumerSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from gazette.errors import ValidationError, short_repr
 from gazette.protocol.fields import FieldReader, build, check_range
 
 ZONE_SYMBOLS = "-_."
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}")
 MAX_ITEM_LIMIT = 1 << 20
 
 
@@ -55,17 +57,28 @@ def validate_endpoint(value: object, field: str = "endpoint") -> str:
 @dataclass(frozen=True, slots=True)
 class MemberSpec:
     """A broker or consumer process; `item_limit` caps journals or shards it takes
-    (0 asks for none, as a draining member does)."""
+    (0 asks for none, as a draining member does); `store_schemes`: the kinds of
+    fragment store (URL schemes) a broker can serve journals of (empty: any)."""
 
     id: ProcessId
     endpoint: str
     item_limit: int = 1024
+    store_schemes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, ProcessId):
             raise ValidationError("id", f"expected a ProcessId, got {short_repr(self.id)}")
         validate_endpoint(self.endpoint)
         check_range(self.item_limit, "item_limit", 0, MAX_ITEM_LIMIT)
+        if not isinstance(self.store_schemes, tuple) or not all(
+                isinstance(s, str) and _SCHEME.fullmatch(s) for s in self.store_schemes):
+            raise ValidationError("store_schemes", f"expected lower-case URL schemes, "
+                                  f"got {short_repr(self.store_schemes)}")
+
+    def serves_stores(self, urls: tuple[str, ...]) -> bool:
+        """Whether this member can serve a journal persisted to the stores `urls`."""
+        return not self.store_schemes or all(
+            url.partition(":")[0] in self.store_schemes for url in urls)
 
     @classmethod
     def from_dict(cls, data: object, field: str = "") -> MemberSpec:
@@ -76,10 +89,21 @@ class MemberSpec:
         except ValidationError as err:
             raise err.within(field) from None
         values = {"id": pid, "endpoint": r.string("endpoint"),
-                  "item_limit": r.integer("item_limit", 1024, 0, MAX_ITEM_LIMIT)}
+                  "item_limit": r.integer("item_limit", 1024, 0, MAX_ITEM_LIMIT),
+                  "store_schemes": _schemes(r.raw("store_schemes", []),
+                                            r.field("store_schemes"))}
         r.done()
         return build(cls, field, **values)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"zone": self.id.zone, "suffix": self.id.suffix, "endpoint": self.endpoint,
-                "item_limit": self.item_limit}
+        out: dict[str, Any] = {"zone": self.id.zone, "suffix": self.id.suffix,
+                               "endpoint": self.endpoint, "item_limit": self.item_limit}
+        if self.store_schemes:
+            out["store_schemes"] = list(self.store_schemes)
+        return out
+
+
+def _schemes(value: object, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError(field, f"expected a list of strings, got {short_repr(value)}")
+    return tuple(value)

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import importlib.metadata
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import uvloop
 
 from gazette.errors import GazetteError
 from gazette.keyspace.lease import LeaseLost
+from gazette.supervise import TaskFailed
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 log = logging.getLogger("gazette_broker")
@@ -55,7 +57,18 @@ SERVE_FLAGS: list[tuple[str, str, str, Callable[[str], Any], str]] = [
      "seconds in-flight RPCs get to finish on shutdown"),
     ("--broker.drain-timeout", "BROKER_DRAIN_TIMEOUT", "drain_timeout", float,
      "seconds a stopping broker waits for its journals to move to other brokers"),
+    ("--broker.append-idle-timeout", "BROKER_APPEND_IDLE_TIMEOUT", "append_idle_timeout",
+     float, "seconds an append stream may bring no content before it is aborted "
+     "(nothing written)"),
+    ("--broker.cache-bytes", "BROKER_CACHE_BYTES", "cache_bytes", int,
+     "bytes of persisted fragments cached on local disk for readers"),
+    ("--broker.max-unpersisted-bytes", "BROKER_MAX_UNPERSISTED_BYTES",
+     "max_unpersisted_bytes", int,
+     "bytes of closed fragments that may wait for upload to one store; past it, appends "
+     "to that store's journals wait, then are refused (FRAGMENT_STORE_UNHEALTHY)"),
     ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
+    ("--etcd.startup-timeout", "ETCD_STARTUP_TIMEOUT", "etcd_startup_timeout", float,
+     "seconds a starting broker waits for etcd to answer (it retries meanwhile)"),
     ("--etcd.prefix", "ETCD_PREFIX", "etcd_prefix", str,
      "etcd prefix of the broker cluster"),
 ]
@@ -103,8 +116,21 @@ def setup_logging(level: str, fmt: str) -> None:
     root.setLevel(logging.WARNING if level.startswith("warn") else level.upper())
 
 
+#: The distribution whose version ``gazette --version`` shows (pyproject.toml's name).
+DISTRIBUTION = "gazette-py"
+
+
+def version() -> str:
+    """The installed version; a source tree run without installing has no metadata."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gazette", description="Gazette for Python.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker",
                            description="Serve journals over gRPC and HTTP, persisting "
@@ -146,7 +172,8 @@ def quiet_gc() -> None:
 
 
 async def serve(config: BrokerConfig) -> int:
-    """Run a broker until SIGTERM/SIGINT (exit 0) or until its lease is lost (exit 1)."""
+    """Run a broker until SIGTERM/SIGINT (exit 0), or until its lease is lost or a task
+    it cannot do without fails for good (exit 1: its supervisor restarts it)."""
     server = BrokerServer(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -168,7 +195,7 @@ async def serve(config: BrokerConfig) -> int:
                 log.info("signalled: draining and stopping")
             lost.cancel()
             signalled.cancel()
-    except* LeaseLost as group:
+    except* (LeaseLost, TaskFailed) as group:
         log.error("%s: stopping", group.exceptions[0])
         status = 1
     finally:

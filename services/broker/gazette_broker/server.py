@@ -20,9 +20,10 @@ import secrets
 import shutil
 import socket
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -30,21 +31,26 @@ from grpc_health.v1._async import HealthServicer
 
 from gazette.allocator import Allocator, assignments_of, route_consistent, route_of
 from gazette.client import JournalClient
-from gazette.keyspace import Etcd, KeySpace, Layout, Lease
+from gazette.fragment.persister import DEFAULT_MAX_PENDING_BYTES
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Lease
 from gazette.keyspace.lease import LeaseLost
 from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId
 from gazette.protocol.trees import journal_changes_from_yaml
-from gazette_broker.broker import Broker
+from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
 from gazette_broker.http import HttpGateway
-from gazette_broker.replica import DEFAULT_MAX_APPEND_SIZE
+from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE
 from gazette_broker.service import JournalService, add_journal_service
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: gRPC options: large messages (appends and reads stream ~1 MiB chunks) and keepalive
 #: pings so dead clients are noticed.
 GRPC_SERVER_OPTIONS = [
+    # A port another process listens on is refused (gRPC's default, SO_REUSEPORT, would
+    # let two brokers share it and split requests between them).
+    ("grpc.so_reuseport", 0),
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
     ("grpc.keepalive_time_ms", 30_000),
@@ -69,9 +75,15 @@ def default_suffix() -> str:
     return f"{host}-{secrets.token_hex(3)}"
 
 
+#: How long a starting broker waits for etcd to answer before it gives up.
+DEFAULT_ETCD_STARTUP_TIMEOUT = 60.0
+
+
 @dataclass
 class BrokerConfig:
-    """What ``gazette serve`` is configured with (each has a flag and an env variable)."""
+    """What ``gazette serve`` is configured with: each field has a flag and an
+    environment variable (`gazette_broker.cli.SERVE_FLAGS`); tests and the local
+    cluster build one directly."""
 
     zone: str = "local"
     suffix: str = field(default_factory=default_suffix)
@@ -100,6 +112,14 @@ class BrokerConfig:
     persist_timeout: float = 60.0
     #: Seconds a stopping broker waits for its journals to move to other brokers.
     drain_timeout: float = 60.0
+    #: Seconds a starting broker waits for etcd to answer (it retries meanwhile).
+    etcd_startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT
+    #: Seconds an append stream may bring no content before it is aborted.
+    append_idle_timeout: float = DEFAULT_APPEND_IDLE_TIMEOUT
+    #: Bytes of persisted fragments cached on local disk for readers.
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    #: Bytes of closed spools that may wait for one store before appends to it wait.
+    max_unpersisted_bytes: int = DEFAULT_MAX_PENDING_BYTES
 
 
 class BrokerServer:
@@ -117,9 +137,13 @@ class BrokerServer:
         self.broker = Broker(self.keyspace, self.layout, self.spool_dir,
                              file_root=config.file_root,
                              max_append_size=config.max_append_size,
-                             me=self.id, etcd=self.etcd, live=self._live)
+                             me=self.id, etcd=self.etcd, live=self._live,
+                             cache_bytes=config.cache_bytes,
+                             max_pending_bytes=config.max_unpersisted_bytes,
+                             append_idle_timeout=config.append_idle_timeout)
         self.allocator = Allocator(self.etcd, self.keyspace, self.layout, self.id,
-                                   is_consistent=route_consistent)
+                                   is_consistent=route_consistent,
+                                   stores_of=lambda spec: spec.fragment.stores)
         self.member: MemberSpec | None = None
         self.lease: Lease | None = None
         self.health = HealthServicer()
@@ -127,7 +151,6 @@ class BrokerServer:
         self.http: HttpGateway | None = None
         self.grpc_port = 0
         self.http_port = 0
-        self._tasks: list[asyncio.Task[Any]] = []
         self._forward: JournalClient | None = None
         self._started = False
 
@@ -159,15 +182,18 @@ class BrokerServer:
     async def _start(self) -> None:
         cfg = self.config
         self._started = True
-        await self.etcd.connect()
-        await self.keyspace.__aenter__()
+        # The ports first: a port in use fails at once, before any wait for etcd.
         self.grpc_server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         bind = cfg.bind or "[::]"
-        self.grpc_port = self.grpc_server.add_insecure_port(f"{bind}:{cfg.port}")
+        try:
+            self.grpc_port = self.grpc_server.add_insecure_port(f"{bind}:{cfg.port}")
+        except RuntimeError:
+            self.grpc_port = 0
         if not self.grpc_port:
-            raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}")
+            raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}: the port is in "
+                          "use (another broker?) or the address is not this host's")
         self.member = MemberSpec(ProcessId(cfg.zone, cfg.suffix), self.endpoint,
-                                 cfg.journal_limit)
+                                 cfg.journal_limit, store_schemes=self.store_schemes)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
                                  member=self.member, unready=self.broker.unready,
                                  resolver=self.broker.resolver, channels=self.broker.channels,
@@ -182,17 +208,53 @@ class BrokerServer:
                                     max_append_size=cfg.max_append_size)
             self.http_port = await self.http.start(cfg.bind or None, cfg.http_port)
 
-        self.lease = await Lease.grant(self.etcd, cfg.lease_ttl)
-        await self.etcd.put(self.layout.member_key(cfg.zone, cfg.suffix),
-                            encode_broker(self.member), lease=self.lease.id)
-        self._tasks.append(asyncio.create_task(self.lease.keep_alive(), name="broker-lease"))
+        await self.etcd.connect()
+        deadline = asyncio.get_running_loop().time() + cfg.etcd_startup_timeout
+        await self._until_etcd("loading the cluster's state", self.keyspace.load, deadline)
+        await self.keyspace.__aenter__()
+        self.lease = await self._until_etcd(
+            "granting this broker's lease",
+            lambda: Lease.grant(self.etcd, cfg.lease_ttl), deadline)
+        lease, member = self.lease, self.member
+        await self._until_etcd(
+            "announcing this broker", lambda: self.etcd.put(
+                self.layout.member_key(cfg.zone, cfg.suffix), encode_broker(member),
+                lease=lease.id), deadline)
+        supervisor = self.broker.supervisor
+        supervisor.spawn("lease", self.lease.keep_alive, transient=())
         await self.broker.start()
-        self._tasks.append(asyncio.create_task(self.allocator.run(), name="allocator"))
+        supervisor.spawn("allocator", self.allocator.run, transient=(EtcdError, OSError))
         await self.grpc_server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("gazette.broker.Journal", health_pb2.HealthCheckResponse.SERVING)
         log.info("broker %s serving: gRPC %s, HTTP %s, etcd %s%s", self.member.id,
                  self.endpoint, self.http_url or "off", cfg.etcd_address, self.layout.root)
+
+    @property
+    def store_schemes(self) -> tuple[str, ...]:
+        """The kinds of fragment store this broker can serve journals of."""
+        return ("file", "s3") if self.config.file_root is not None else ("s3",)
+
+    async def _until_etcd(self, what: str, op: Callable[[], Awaitable[T]],
+                          deadline: float) -> T:
+        """`op()`, tried again while etcd does not answer (it may be starting with this
+        broker, as on Kubernetes), until `deadline`; each wait is logged."""
+        loop = asyncio.get_running_loop()
+        delay = 0.2
+        while True:
+            try:
+                return await op()
+            except EtcdError as err:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise EtcdError(
+                        f"etcd at {self.config.etcd_address} did not answer within "
+                        f"{self.config.etcd_startup_timeout:.0f}s ({what}): {err}") from None
+                wait = min(delay, left)
+                log.warning("waiting for etcd at %s (%s: %s); trying again in %.1fs",
+                            self.config.etcd_address, what, err, wait)
+                await asyncio.sleep(wait)
+                delay = min(delay * 2, 5.0)
 
     def _content_type(self, journal: str) -> str:
         entry = self.keyspace.get(self.layout.item_key(journal))
@@ -236,10 +298,19 @@ class BrokerServer:
         return True
 
     async def wait(self) -> None:
-        """Return when the broker can no longer serve: its lease is lost (it must not
-        keep acting as a member). Raises `LeaseLost` then."""
+        """Return only when the broker can no longer serve: its lease is lost (it must
+        not keep acting as a member: raises `LeaseLost`), or a task it cannot do without
+        failed for good (raises `TaskFailed`)."""
         assert self.lease is not None, "start() first"
-        await self.lease.lost.wait()
+        lost = asyncio.ensure_future(self.lease.lost.wait())
+        failed = asyncio.ensure_future(self.broker.supervisor.wait_failed())
+        try:
+            await asyncio.wait({lost, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            failed.cancel()
+        if failed.done() and not failed.cancelled() and failed.exception() is not None:
+            raise failed.exception()  # type: ignore[misc]
         raise LeaseLost(f"broker {self.member.id if self.member else '?'}: lease lost")
 
     async def stop(self) -> None:
@@ -266,10 +337,6 @@ class BrokerServer:
         if self._forward is not None:
             await self._forward.close()
         await self.broker.close(drain_timeout=cfg.persist_timeout)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
         if self.lease is not None:
             await self.lease.revoke()  # deletes the member spec with it
         await self.keyspace.__aexit__(None, None, None)

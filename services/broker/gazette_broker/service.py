@@ -29,7 +29,7 @@ from gazette import names
 from gazette.allocator import route_from_pb
 from gazette.client.errors import AppendUncertain
 from gazette.errors import ValidationError
-from gazette.fragment import CorruptFragment
+from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.fragment import fragment_to_pb
 from gazette.fragment.store import StoreError
 from gazette.keyspace import Etcd, Event, KeySpace, Layout, TxnConflict
@@ -59,7 +59,8 @@ from gazette.protocol.content import (
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
 from gazette_broker.pipeline import Channels
-from gazette_broker.replica import AppendError, ReadError, Replica
+from gazette_broker.reads import ReadError
+from gazette_broker.replica import CLOSED_DELETED, AppendError, AppendStalled, Replica
 from gazette_broker.resolver import Resolution, Resolver
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,36 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         except TxnConflict as err:
             return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED,
                                     header=self._header(err.revision))
-        return pb.ApplyResponse(status=pb.OK, header=self._header(revision))
+        return pb.ApplyResponse(status=pb.OK, header=self._header(revision),
+                                warnings=self._warnings(changes))
+
+    def _warnings(self, changes: list[SpecChange[JournalSpec]]) -> list[str]:
+        """What in applied specs is likely not what their author meant."""
+        assert self.keyspace is not None and self.layout is not None
+        brokers = [e.value for e in self.keyspace.prefixed(self.layout.members)
+                   if isinstance(e.value, MemberSpec) and e.value.item_limit > 0]
+        out = []
+        for change in changes:
+            spec = change.spec
+            if spec is None:
+                continue
+            if self.resolver is not None and spec.replication > len(brokers):
+                out.append(f"{spec.name}: replication {spec.replication} is more than the "
+                           f"{len(brokers)} broker(s) of the cluster: its appends are "
+                           f"refused (INSUFFICIENT_JOURNAL_BROKERS) until there are "
+                           f"{spec.replication}")
+            if not spec.fragment.stores:
+                out.append(f"{spec.name}: no fragment stores: its content is never "
+                           "persisted, and is lost when its brokers stop (set "
+                           "fragment.stores)")
+            elif self.resolver is not None and brokers and not any(
+                    b.serves_stores(spec.fragment.stores) for b in brokers):
+                kinds = sorted({k for b in brokers for k in b.store_schemes})
+                out.append(f"{spec.name}: no broker can serve its stores "
+                           f"{', '.join(spec.fragment.stores)} (the brokers serve "
+                           f"{', '.join(kinds) or 'none'}; file:// needs "
+                           "--broker.file-root): it is not assigned until one can")
+        return out
 
     def _listing(self, selector: Any) -> pb.ListResponse:
         assert self.keyspace is not None and self.layout is not None
@@ -251,13 +281,21 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         replica = await self._replica(journal, context)
         if self.resolver is None:
             return None, replica
-        res = await self.resolver.resolve_at(journal, header)
+        try:
+            res = await self.resolver.resolve_at(journal, header)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         if replica is None and self.resolver.me in res.route.members and \
                 self._wait_serving is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(OPEN_WAIT_SECONDS):
                     await self._wait_serving({journal})
             replica = await self._replica(journal, context)
+            if replica is None and res.spec is not None and self.resolver.is_assigned(journal):
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"journal {journal} is assigned to this broker and still "
+                                    "being opened (its fragment stores are listed first); "
+                                    "retry")
         return res, replica
 
     def _reader_endpoint(self, res: Resolution) -> str:
@@ -312,7 +350,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 return pb.AppendResponse(status=pb.NOT_JOURNAL_PRIMARY_BROKER, header=header)
             if not res.primary_endpoint or res.route.primary_id == self.resolver.me:  # type: ignore[union-attr]
                 return pb.AppendResponse(status=pb.NO_JOURNAL_PRIMARY_BROKER, header=header)
-            return await self._forward_append(res, meta, content, context)
+            try:
+                return await self._forward_append(res, meta, content, context)
+            except AppendAborted as err:
+                await context.abort(grpc.StatusCode.CANCELLED, f"{err}: nothing was appended")
         if replica is None:
             return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND, header=header)
         try:
@@ -327,11 +368,14 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 content, offset=meta.offset or None, check_registers=check,
                 union_registers=union or None, subtract_registers=subtract or None)
         except AppendError as err:
-            return pb.AppendResponse(status=pb.Status.Value(err.status), header=header)
+            return pb.AppendResponse(status=pb.Status.Value(err.status), header=header,
+                                     detail=err.message)
         except AppendUncertain as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except AppendAborted as err:
             await context.abort(grpc.StatusCode.CANCELLED, f"{err}: nothing was appended")
+        except AppendStalled as err:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(err))
         return pb.AppendResponse(status=pb.OK, header=header,
                                  commit=fragment_to_pb(result.commit),
                                  registers=labels_to_pb(result.registers))
@@ -422,6 +466,12 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                       write_head=replica.write_head)
             else:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except JournalClosed as err:
+            if replica.closed == CLOSED_DELETED:
+                yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND)
+            else:  # moved to other brokers: the client reads on there
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"{err}: read on through another broker")
         except CorruptFragment as err:
             await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
         except StoreError as err:
@@ -557,7 +607,8 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                     url = await replica.sign(frag, ttl)
                 except StoreError as err:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-            items.append(pb.FragmentsResponse.Item(spec=fragment_to_pb(frag), signed_url=url))
+            items.append(pb.FragmentsResponse.Item(spec=fragment_to_pb(frag), signed_url=url,
+                                                   persist_error=replica.persist_error(frag)))
         return pb.FragmentsResponse(status=pb.OK, header=self._header(), fragments=items,
                                     next_page_token=next_token)
 

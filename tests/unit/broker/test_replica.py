@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from gazette.fragment import CorruptFragment, FragmentIndex, Persister, decompress
+from gazette.fragment import CorruptFragment, Persister, decompress
 from gazette.fragment.store import store_for
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import CompressionCodec, FragmentSpec, JournalFlags, JournalSpec
-from gazette_broker.replica import AppendError, ReadError, Replica
+from gazette_broker.reads import ReadError
+from gazette_broker.replica import AppendError, Replica, Shared
 
 SPEC = JournalSpec("example/journal", replication=1,
                    fragment=FragmentSpec(length=4096, compression_codec=CompressionCodec.NONE,
@@ -33,7 +34,7 @@ async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
 
 
 def replica(tmp_path: Path, spec: JournalSpec = SPEC, **kw: object) -> Replica:
-    return Replica(spec, tmp_path, FragmentIndex(), **kw)  # type: ignore[arg-type]
+    return Replica(spec, tmp_path, Shared(**kw))  # type: ignore[arg-type]
 
 
 async def test_appends_commit_in_order_with_their_sha1(tmp_path: Path) -> None:
@@ -105,12 +106,11 @@ async def test_spools_roll_whole_appends_into_persisted_fragments(tmp_path: Path
     def store(url: str):  # type: ignore[no-untyped-def]
         return stores.setdefault(url, store_for(url, file_root=root))
 
-    index = FragmentIndex()
-    persister = Persister(on_persisted=index.add_local)
+    persister = Persister()
     task = asyncio.create_task(persister.run())
     try:
         (tmp_path / "spools").mkdir()
-        r = Replica(SPEC, tmp_path / "spools", index, persister, store)
+        r = Replica(SPEC, tmp_path / "spools", Shared(persister, store))
         appends = [(b"%04d" % i) * 250 + b"\n" for i in range(10)]  # 1001 bytes each
         for a in appends:
             await r.append(chunks(a))
@@ -121,7 +121,7 @@ async def test_spools_roll_whole_appends_into_persisted_fragments(tmp_path: Path
         content = b"".join([decompress(f.codec, (root / "store" / f.path).read_bytes())
                             for f in listed])
         assert content == b"".join(appends)  # whole appends, nothing lost or split
-        assert all(f.backing_store for f in index.fragments(SPEC.name))
+        assert all(f.backing_store for f in r.index.fragments())
     finally:
         task.cancel()
 
@@ -182,11 +182,10 @@ async def _rolled_replica(tmp_path: Path, persist: bool
     def store(url: str):  # type: ignore[no-untyped-def]
         return stores.setdefault(url, store_for(url, file_root=root))
 
-    index = FragmentIndex()
-    persister = Persister(on_persisted=index.add_local)
+    persister = Persister()
     task = asyncio.create_task(persister.run()) if persist else asyncio.create_task(
         asyncio.sleep(3600))
-    r = Replica(SPEC, tmp_path / "spools", index, persister, store)
+    r = Replica(SPEC, tmp_path / "spools", Shared(persister, store))
     appends = [(b"%04d" % i) * 250 + b"\n" for i in range(12)]
     for a in appends:
         await r.append(chunks(a))
@@ -219,7 +218,7 @@ async def test_reads_of_closed_spools_not_yet_persisted(tmp_path: Path) -> None:
 async def test_a_corrupt_stored_fragment_is_reported_never_served(tmp_path: Path) -> None:
     r, appends, root, _, task = await _rolled_replica(tmp_path, persist=True)
     try:
-        first = r._index.find(SPEC.name, 0)
+        first = r.index.find(0)
         assert first is not None and first.backing_store
         stored = root / "store" / first.path
         stored.write_bytes(b"X" + stored.read_bytes()[1:])  # flip a byte (codec NONE)
@@ -241,8 +240,8 @@ async def test_a_fresh_broker_continues_after_and_serves_persisted_content(
     try:
         await first.roll()
         await asyncio.wait_for(first._persister.wait_idle(), 30)  # type: ignore[union-attr]
-        fresh = await Replica.open(SPEC, tmp_path / "fresh-spools", FragmentIndex(), None,
-                                   lambda url: store_for(url, file_root=root))
+        fresh = await Replica.open(SPEC, tmp_path / "fresh-spools", Shared(
+            None, lambda url: store_for(url, file_root=root)))
         assert fresh.write_head == sum(map(len, appends))
         assert b"".join([c.content async for c in fresh.read(0)]) == b"".join(appends)
         more = await fresh.append(chunks(b"after\n"))
@@ -262,7 +261,7 @@ async def test_retention_removes_old_fragments_from_stores_and_index(tmp_path: P
         os.utime(stored[0], (old, old))  # the oldest fragment is past retention
         await r.refresh()
         assert not stored[0].exists() and all(p.exists() for p in stored[1:])
-        assert r._index.fragments(SPEC.name).begin_offset > 0
+        assert r.index.fragments().begin_offset > 0
         first = [c async for c in r.read(0)]
         assert first[0].offset > 0  # the removed range is skipped as a hole
     finally:
@@ -283,7 +282,7 @@ async def test_a_read_in_a_hole_up_to_the_spool_goes_on_from_the_spool(
             os.utime(path, (old, old))  # everything persisted is past retention
         await r.refresh()
         head = sum(map(len, appends))
-        assert r.write_head == head and r._index.find(SPEC.name, 0) is None
+        assert r.write_head == head and r.index.find(0) is None
         # Without block: nothing to read yet at the head the read moved to.
         with pytest.raises(ReadError, match="OFFSET_NOT_YET_AVAILABLE"):
             await r.locate(0)

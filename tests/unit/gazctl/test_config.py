@@ -19,6 +19,7 @@ from gazette.gazctl.config import (
     offset_arg,
     parse_time,
     selector_arg,
+    time_arg,
 )
 from gazette.labels import Selector
 
@@ -175,3 +176,64 @@ def test_bad_log_env_is_a_usage_error() -> None:
     err = io.StringIO()
     code = run(["journals", "list"], stdout=io.BytesIO(), stderr=err, env={"LOG_LEVEL": "loud"})
     assert code == 2 and "$LOG_LEVEL='loud'" in err.getvalue()
+
+
+def test_offsets_are_bounded_by_int64() -> None:
+    assert offset_arg(str(2**63 - 1)) == 2**63 - 1
+    assert offset_arg("0") == 0
+    with pytest.raises(argparse.ArgumentTypeError) as err:
+        offset_arg("99999999999999999999999")
+    assert str(err.value) == "must be at most 9223372036854775807, got 99999999999999999999999"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"at most .*, got a 5000-digit number"):
+        offset_arg("9" * 5000)  # too long for int(): still one short line
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be at least 0 .*--tail"):
+        offset_arg("-1")
+    for bad in ("1_000", "0x10", "1e3", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a byte offset"):
+            offset_arg(bad)
+
+
+def test_integer_flags_are_bounded() -> None:
+    assert parse("journals", "apply").max_txn_size == 128
+    assert parse("journals", "edit", "-l", "x", "--max-txn-size", "5").max_txn_size == 5
+    assert parse("journals", "append", "a/b").max_record_size == 256 << 20
+    assert parse("journals", "append", "a/b", "--max-record-size", "10").max_record_size == 10
+    assert parse("journals", "fragments", "--from", str(2**63 - 1)).from_ == 2**63 - 1
+    with pytest.raises(argparse.ArgumentTypeError, match=r"at most 9223372036854775807"):
+        time_arg("99999999999999999999")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"before 1970"):
+        time_arg("0001-01-01T00:00:00Z")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"longer than 100 years"):
+        time_arg("9999999999h")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["journals", "read", "-l", "x", "--offset", "99999999999999999999999"],
+     "argument --offset: must be at most 9223372036854775807, got 99999999999999999999999"),
+    (["journals", "apply", "--max-txn-size", "129"],
+     "argument --max-txn-size: must be at most 128 (etcd's limit of operations in one "
+     "transaction), got 129"),
+    (["journals", "apply", "--max-txn-size", "0"], "argument --max-txn-size: must be at least 1"),
+    (["journals", "edit", "-l", "x", "--max-txn-size", "99999999999999999999999"],
+     "argument --max-txn-size: must be at most 128"),
+    (["journals", "append", "a/b", "--max-record-size", "0"],
+     "argument --max-record-size: must be at least 1"),
+    (["journals", "append", "a/b", "--max-record-size", str(2**63)],
+     "argument --max-record-size: must be at most 9223372036854775807"),
+    (["journals", "fragments", "--from", "99999999999999999999"],
+     "argument --from: must be at most 9223372036854775807"),
+    (["journals", "fragments", "--to", "1900-01-01T00:00:00Z"], "argument --to: "),
+])
+def test_integer_overflows_are_usage_errors(argv: list[str], message: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _run(*argv)
+    err = capsys.readouterr().err  # argparse's errors go to the process's stderr
+    assert code == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert _run("--version") == (0, "")
+    assert capsys.readouterr().out == f"gazctl {version('gazette-py')}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import struct
 import time
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from gazette.gazctl.framing import (
+    READ_SIZE,
     FramingError,
     InputPump,
     batches,
@@ -136,3 +138,64 @@ async def test_the_reader_waits_above_the_high_water_mark() -> None:
     pump.take(len(pump.buffer))
     await asyncio.sleep(0.05)
     assert reads >= 2
+
+
+async def test_a_record_over_the_high_water_mark_is_read_whole() -> None:
+    # The reader holds back at 64 KiB, but a line of 300 KiB must be read whole first.
+    big = b"x" * (300 << 10) + b"\n"
+    data = b"a\n" + big + b"b\n" + b"y" * (200 << 10)  # the last line has no newline
+    pump = InputPump(io.BytesIO(data).read, high_water=1 << 16)
+    async with asyncio.timeout(10):
+        got = [b for _, b in await _collect(pump, boundary=lines_boundary, limit=1 << 16)]
+    assert b"".join(got) == data
+    assert got[0] == b"a\n" and big in got  # the long line went alone, in one piece
+
+    frames = frame(b"f" * (300 << 10)) + frame(b"g")
+    pump = InputPump(io.BytesIO(frames).read, high_water=1 << 16)
+    async with asyncio.timeout(10):
+        got = [b for _, b in await _collect(pump, boundary=fixed_boundary, limit=1 << 16,
+                                            partial_ok=False)]
+    assert got == [frame(b"f" * (300 << 10)), frame(b"g")]
+
+
+async def test_a_record_over_the_limit_is_an_error_not_unbounded_buffering() -> None:
+    reads = 0
+
+    def endless(n: int) -> bytes:  # a line that never ends
+        nonlocal reads
+        reads += 1
+        return b"ok\n" if reads == 1 else b"x" * n
+
+    pump = InputPump(endless, high_water=1 << 16)
+    got: list[bytes] = []
+    with pytest.raises(FramingError) as err:
+        async with asyncio.timeout(10):
+            async for batch in batches(pump, lines_boundary, max_record=1 << 20):
+                got.append(batch)
+    assert str(err.value) == ("input offset 3: a record is longer than the limit of "
+                              "1048576 bytes (1.0 MiB)")
+    assert got == [b"ok\n"]  # the whole records before it were batched
+    # It stopped reading soon after the limit: at most a read more than it.
+    assert (1 << 20) < len(pump.buffer) <= (1 << 20) + READ_SIZE
+    assert reads <= 2 + (1 << 20) // READ_SIZE
+
+
+async def test_a_whole_line_over_the_limit_and_a_last_line_over_it_are_errors() -> None:
+    for data in (b"x" * 100 + b"\nok\n", b"ok\n" + b"x" * 100):
+        pump = InputPump(io.BytesIO(data).read)
+        with pytest.raises(FramingError, match=r"longer than the limit of 64 bytes"):
+            await _collect(pump, boundary=lines_boundary, max_record=64)
+    pump = InputPump(io.BytesIO(frame(b"x" * 100)).read)
+    with pytest.raises(FramingError, match=r"input offset 0: a record is longer than"):
+        await _collect(pump, boundary=fixed_boundary, max_record=64, partial_ok=False)
+    # At the limit is fine, and batches are no larger than the limit either.
+    data = b"x" * 63 + b"\n" + b"a\n" * 40
+    pump = InputPump(io.BytesIO(data).read)
+    got = [b for _, b in await _collect(pump, boundary=lines_boundary, max_record=64)]
+    assert b"".join(got) == data and max(len(b) for b in got) == 64
+
+
+def test_lines_boundary_resumes_its_search() -> None:
+    # `start`: the first bytes are known to hold no newline (a long line read in parts).
+    assert lines_boundary(b"xxxx\nyy\n", 0, 3) == 5
+    assert lines_boundary(b"xxxxxxx", 0, 4) == 0

@@ -204,7 +204,7 @@ def test_fragment_json_has_the_full_sha1() -> None:
                    "compression_codec": "SNAPPY", "backing_store": "file:///",
                    "mod_time": 1_700_000_000, "path_postfix": "",
                    "path": "example/journal/0000000000000000-000000000000002b-"
-                           f"{SHA1.hex()}.sz", "signed_url": "file:///x"}
+                           f"{SHA1.hex()}.sz", "signed_url": "file:///x", "persist_error": ""}
 
 
 def test_prune_summary() -> None:

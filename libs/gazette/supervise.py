@@ -1,0 +1,122 @@
+"""Supervised tasks: every long-lived task of a process is owned, restarted when it fails
+for a reason that passes, and fatal to the process when it fails for one that does not.
+
+A task that ends with a *transient* error (etcd or a store unreachable, an I/O error) is
+started again after a jittered, growing delay, and each restart is counted in
+``gazette_task_restarts_total``. Any other error is a bug or a state the process cannot
+leave by itself: the supervisor records it as `failure`, sets `failed`, and the process
+owner stops with a non-zero exit (so Kubernetes restarts it), instead of serving
+half-alive with a task silently gone. A task that returns normally is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import Counter
+
+from gazette.errors import GazetteError
+
+log = logging.getLogger(__name__)
+
+TASK_RESTARTS = Counter("gazette_task_restarts_total",
+                        "Supervised tasks restarted after a transient error", ["task"])
+TASK_FAILURES = Counter("gazette_task_failures_total",
+                        "Supervised tasks that failed for a reason they cannot survive "
+                        "(the process stops)", ["task"])
+
+RESTART_INITIAL, RESTART_MAX = 0.2, 10.0
+
+
+class TaskFailed(GazetteError):
+    """A supervised task failed for a reason it cannot survive."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        self.name, self.error = name, error
+        super().__init__(f"task {name} failed: {type(error).__name__}: {error}")
+
+
+Factory = Callable[[], Awaitable[None]]
+
+
+class Supervisor:
+    """Runs named tasks until `close()`. `transient` are the error types a task is
+    restarted after (others are fatal); `kind` of a task labels its metrics (names may
+    be many, e.g. one per journal)."""
+
+    def __init__(self, transient: tuple[type[BaseException], ...] = (OSError,)) -> None:
+        self.transient = transient
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.failed = asyncio.Event()
+        self.failure: TaskFailed | None = None
+        self._closed = False
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, name: str, factory: Factory, *, kind: str = "",
+              transient: tuple[type[BaseException], ...] | None = None) -> None:
+        """Run `factory()` as task `name` (replacing none: the name must be free)."""
+        if self._closed:
+            raise RuntimeError("the supervisor is closed")
+        if name in self._tasks:
+            raise ValueError(f"task {name} is already running")
+        self._tasks[name] = asyncio.create_task(
+            self._run(name, kind or name, factory, transient or self.transient), name=name)
+
+    async def _run(self, name: str, kind: str, factory: Factory,
+                   transient: tuple[type[BaseException], ...]) -> None:
+        delay = RESTART_INITIAL
+        try:
+            while True:
+                try:
+                    await factory()
+                    return
+                except transient as err:
+                    TASK_RESTARTS.labels(kind).inc()
+                    wait = delay * random.uniform(0.5, 1.5)
+                    log.warning("%s failed (%s: %s); restarting it in %.1fs", name,
+                                type(err).__name__, err, wait)
+                    await asyncio.sleep(wait)
+                    delay = min(delay * 2, RESTART_MAX)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # anything else is fatal, loudly
+            TASK_FAILURES.labels(kind).inc()
+            log.critical("%s failed and cannot recover: the process stops", name,
+                         exc_info=err)
+            if self.failure is None:
+                self.failure = TaskFailed(name, err)
+            self.failed.set()
+        finally:
+            if self._tasks.get(name) is asyncio.current_task():
+                del self._tasks[name]
+
+    async def wait_failed(self) -> None:
+        """Return never while tasks are healthy; raise `TaskFailed` once one failed."""
+        await self.failed.wait()
+        assert self.failure is not None
+        raise self.failure
+
+    async def stop(self, name: str) -> None:
+        """Cancel task `name` (if running) and wait until it has finished."""
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel every task and wait until all have finished."""
+        self._closed = True
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

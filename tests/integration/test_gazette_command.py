@@ -1,0 +1,152 @@
+"""The ``gazette`` command's own messages, as a process: ``--version``; ``gazette dev up``
+on a port in use (one line, exit 1, nothing left running) and the last words of its
+walk-through in each mode (serving until Ctrl-C, or ``--exit``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import io
+import os
+import re
+import signal
+import socket
+import sys
+import tomllib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from gazette.local.etcd import EmbeddedEtcd
+from gazette_broker.dev import EXIT_DONE, SERVING_STOP, PortProblem, _run
+from tests.fixtures.broker import broker_config
+from tests.fixtures.procs import free_port, run_process
+
+pytestmark = pytest.mark.integration
+
+GAZETTE = [sys.executable, "-m", "gazette_broker.cli"]
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+async def test_version_prints_the_installed_version_and_exits_0() -> None:
+    distribution = tomllib.loads(PYPROJECT.read_text())["project"]["name"]
+    code, out, err = await run_process([*GAZETTE, "--version"], dict(os.environ))
+    assert code == 0, err
+    assert out.decode() == f"gazette {importlib.metadata.version(distribution)}\n"
+
+
+@contextlib.asynccontextmanager
+async def port_held_by(holder: str) -> AsyncIterator[int]:
+    """A port in use: by a plain listening socket, or by a gRPC server (which sets
+    SO_REUSEPORT, so another gRPC server could bind it too without a word)."""
+    if holder == "socket":
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::", 0))
+            sock.listen()
+            yield sock.getsockname()[1]
+    else:
+        server = grpc.aio.server()
+        port = server.add_insecure_port("[::]:0")
+        await server.start()
+        try:
+            yield port
+        finally:
+            await server.stop(None)
+
+
+def processes_naming(folder: Path) -> list[str]:
+    """Command lines of live processes with `folder` in an argument (an etcd left
+    running would name its data dir)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            if any(str(folder).encode() in arg for arg in argv):
+                found.append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
+async def dev_up_fails(data: Path, *args: str) -> str:
+    """``gazette dev up --exit`` that must fail: exit 1, no traceback, nothing left
+    running; its one line on stderr."""
+    code, _, err = await run_process(
+        [*GAZETTE, "dev", "up", "--exit", "--data-dir", str(data), *args],
+        dict(os.environ), timeout=90)
+    assert code == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err[-3000:]
+    assert processes_naming(data) == []
+    return lines[0]
+
+
+@pytest.mark.parametrize("holder", ["socket", "grpc"])
+@pytest.mark.parametrize(("flag", "hint"), [("--port", "another broker or `make demo`?"),
+                                            ("--http-port", "another broker or `make demo`?"),
+                                            ("--etcd-port", "another etcd?")],
+                         ids=["port", "http-port", "etcd-port"])
+async def test_dev_up_on_a_port_in_use_says_so_in_one_line(
+        tmp_path: Path, flag: str, hint: str, holder: str) -> None:
+    async with port_held_by(holder) as port:
+        ports = {"--port": "0", "--http-port": "0", flag: str(port)}
+        line = await dev_up_fails(tmp_path / "data",
+                                  *(arg for item in ports.items() for arg in item))
+    assert line == (f"gazette dev up: port {port} is in use ({hint}); "
+                    f"choose another with {flag}, or 0 for a free one")
+
+
+async def test_dev_up_with_one_port_for_grpc_and_http_says_so_in_one_line(
+        tmp_path: Path) -> None:
+    port = free_port()
+    line = await dev_up_fails(tmp_path / "data", "--port", str(port),
+                              "--http-port", str(port))
+    assert line == (f"gazette dev up: --port and --http-port are both {port}; "
+                    "give them different ports, or 0 for free ones")
+
+
+async def test_a_port_taken_after_the_check_is_the_same_one_line(
+        etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path) -> None:
+    """A port taken between the check and the broker's start (a race): the start's bind
+    error becomes the same message, for `dev_up` to print before it stops etcd."""
+    async with port_held_by("socket") as port:
+        config = broker_config(etcd_server.endpoint, etcd_prefix, tmp_path, port=port)
+        with pytest.raises(PortProblem) as err:
+            await _run([config], io.StringIO(), stay=False)
+    assert str(err.value) == (
+        f"gazette dev up: port {port} is in use (another broker or `make demo`?); "
+        "choose another with --port, or 0 for a free one")
+
+
+async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *GAZETTE, "dev", "up", "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    lines: list[str] = []
+    try:
+        async def until_serving() -> None:
+            assert proc.stdout is not None
+            while not lines or lines[-1] != SERVING_STOP:
+                line = await proc.stdout.readline()
+                assert line, "dev up ended its output before serving:\n" + "".join(lines)
+                lines.append(line.decode().rstrip("\n"))
+
+        await asyncio.wait_for(until_serving(), 90)
+        text = "\n".join(lines)
+        assert "\nServing. Try:\n" in text and EXIT_DONE not in text
+        # It does serve: the gateway it names answers.
+        match = re.search(r"HTTP (http://localhost:\d+)", text)
+        assert match, text
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"{match.group(1)}/healthz") as r:
+            assert r.status == 200
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert "Stopping: draining and persisting every broker, then etcd." in rest.decode()

@@ -1,0 +1,77 @@
+"""Supervised tasks: transient failures restart (counted), others stop the process."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import REGISTRY
+
+from gazette.keyspace import EtcdError
+from gazette.supervise import Supervisor, TaskFailed
+
+
+def restarts(kind: str) -> float:
+    return REGISTRY.get_sample_value("gazette_task_restarts_total", {"task": kind}) or 0.0
+
+
+async def test_a_transient_failure_restarts_the_task() -> None:
+    supervisor = Supervisor(transient=(EtcdError,))
+    runs = 0
+    done = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise EtcdError("etcd went away")
+        done.set()
+        await asyncio.Event().wait()  # then runs until cancelled
+
+    before = restarts("flaky-kind")
+    supervisor.spawn("flaky", flaky, kind="flaky-kind")
+    await asyncio.wait_for(done.wait(), 10)
+    assert runs == 3 and restarts("flaky-kind") == before + 2
+    assert "flaky" in supervisor and not supervisor.failed.is_set()
+    await supervisor.close()
+    assert len(supervisor) == 0
+
+
+async def test_any_other_failure_is_fatal_and_said_so() -> None:
+    supervisor = Supervisor(transient=(EtcdError,))
+
+    async def buggy() -> None:
+        raise KeyError("a bug")
+
+    supervisor.spawn("buggy", buggy)
+    with pytest.raises(TaskFailed, match="task buggy failed: KeyError"):
+        await asyncio.wait_for(supervisor.wait_failed(), 5)
+    assert isinstance(supervisor.failure, TaskFailed)
+    assert isinstance(supervisor.failure.error, KeyError)
+    await supervisor.close()
+
+
+async def test_a_task_that_returns_is_done_and_stop_cancels_one() -> None:
+    supervisor = Supervisor()
+    started = asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async def once() -> None:
+        pass
+
+    supervisor.spawn("once", once)
+    supervisor.spawn("forever", forever)
+    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.sleep(0)  # `once` has finished by now
+    assert "once" not in supervisor and "forever" in supervisor
+    await supervisor.stop("forever")
+    assert len(supervisor) == 0 and not supervisor.failed.is_set()
+    with pytest.raises(ValueError, match="already running"):
+        supervisor.spawn("again", forever)
+        supervisor.spawn("again", forever)
+    await supervisor.close()
+    with pytest.raises(RuntimeError):
+        supervisor.spawn("late", forever)
