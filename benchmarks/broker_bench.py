@@ -29,7 +29,18 @@ Prints progress, then one JSON object as its last line:
   ``route_appends=True``, which then goes to the primary itself;
 - ``failover_s``: from SIGKILL of a journal's primary (replication 2 of the three) to
   the next acknowledged append of a writer appending all along through another broker;
-  ``lease_ttl_s``: the brokers' lease TTL (their default), which bounds it.
+  ``lease_ttl_s``: the brokers' lease TTL (their default), which bounds it;
+- part ``scale`` (`scale_bench.py`, last, with the lone broker stopped): what the number
+  of journals costs a cluster. ``converge_s_2000_journals``: three brokers, 2,000
+  journals of replication 3 applied by one ``gazctl journals apply`` process, seconds
+  until every journal took an append (null after 300 s, with
+  ``converge_refused_2000_journals``); ``idle_cpu_2000_journals``: then the largest
+  broker CPU share over 10 s idle (``_each``: all three); ``sync_ms_per_event_10k_journals``:
+  three brokers, 10,000 journals of replication 1, the broker CPU ms one single spec
+  change costs beyond idle, the largest of the three (``_each``: all three); and
+  ``scale_phases_s``, how long each step took. See that module's docstring.
+
+Stops its processes (brokers, etcd) on the way out, on Ctrl-C and on SIGTERM.
 """
 
 from __future__ import annotations
@@ -39,6 +50,8 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -51,6 +64,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import uvloop
+from scale_bench import bench_scale  # type: ignore[import-not-found]
 
 from gazette.allocator import assignments_of, route_of
 from gazette.client import AppendQueue, JournalClient, RetryPolicy
@@ -301,6 +315,23 @@ async def bench_fragments(client: JournalClient, stub: broker_pb2_grpc.JournalSt
 
 
 async def run(etcd_endpoint: str, workdir: Path, only: set[str]) -> dict[str, object]:
+    """The figures of the parts in `only`: the lone broker's and the cluster's, then the
+    scale part's (with no other broker running). SIGTERM cancels it like Ctrl-C does, so
+    every process it started is stopped."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    result: dict[str, object] = {}
+    if only - {"scale"}:
+        result.update(await run_broker(etcd_endpoint, workdir, only))
+    if "scale" in only:
+        await asyncio.to_thread(os.sync)
+        result.update(await bench_scale(etcd_endpoint, workdir))
+    return result
+
+
+async def run_broker(etcd_endpoint: str, workdir: Path, only: set[str]
+                     ) -> dict[str, object]:
     grpc_port, http_port = free_port(), free_port()
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     broker = await asyncio.create_subprocess_exec(
@@ -500,7 +531,7 @@ async def bench_failover(procs: dict[str, asyncio.subprocess.Process],
         await writer
 
 
-PARTS = ("raw", "append", "small", "tail", "fragments", "cluster")
+PARTS = ("raw", "append", "small", "tail", "fragments", "cluster", "scale")
 
 
 def main() -> None:
@@ -510,12 +541,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma-separated parts to run (default: all of {PARTS})")
-    only = set(parser.parse_args().only.split(","))
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temp dir (broker logs of the scale part, etcd's "
+                        "data) and print where it is")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
     if not only <= set(PARTS):
         parser.error(f"--only: unknown parts {sorted(only - set(PARTS))}")
-    with tempfile.TemporaryDirectory(prefix="gazette-bench-") as tmp, \
-            EmbeddedEtcd(Path(tmp) / "etcd") as etcd:
-        result = uvloop.run(run(etcd.endpoint, Path(tmp), only))
+    tmp = Path(tempfile.mkdtemp(prefix="gazette-bench-"))
+    try:
+        with EmbeddedEtcd(tmp / "etcd") as etcd:
+            result = uvloop.run(run(etcd.endpoint, tmp, only))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM
+        log("interrupted: every process this benchmark started is stopped")
+        sys.exit(130)
+    finally:
+        if args.keep:
+            log(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
 
 

@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import os
 import random
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +24,7 @@ import grpc
 import pytest
 
 import gazette.client.fetch as fetch
+import gazette.client.journal as journal_module
 from gazette.client import (
     AppendQueue,
     AppendResult,
@@ -307,16 +309,26 @@ async def test_a_lost_commit_answer_is_uncertain_without_an_offset(
 
 async def test_a_lost_commit_answer_with_an_offset_is_resolved(
         broker: BrokerServer, client: JournalClient, relayed: JournalClient,
-        relay: Relay) -> None:
+        relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:
     await client.append("test/a", b"0123456789")
     # It committed, the answer was lost: sent again, WRONG_APPEND_OFFSET, read back, ours.
     relay.hold_down = True
     append = asyncio.create_task(relayed.append("test/a", b"mine\n", offset=10))
     await until(lambda: head(broker, "test/a") == 15)
     relay.cut()
+    summed_on: list[threading.Thread] = []
+    sum_into = journal_module._sum_into
+
+    def watched(sha1: Any, parts: Any) -> None:
+        summed_on.append(threading.current_thread())
+        sum_into(sha1, parts)
+
+    monkeypatch.setattr(journal_module, "_sum_into", watched)
     result = await append
     assert (result.commit.begin, result.commit.end) == (10, 15)
     assert result.commit.sha1 == hashlib.sha1(b"mine\n").digest()
+    # Both SHA-1s (of the append, of what is there) were summed off the event loop.
+    assert summed_on and threading.current_thread() not in summed_on
 
     # The commit never reached the broker: sent again, it lands once.
     relay.arm()

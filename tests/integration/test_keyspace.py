@@ -9,8 +9,10 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import REGISTRY
 
+import gazette.keyspace.keyspace as keyspace_module
 from gazette.keyspace import Etcd, Event, KeySpace, KeyValue, Lease, LeaseLost, Txn, TxnConflict
 from tests.fixtures.etcd import EtcdServer
+from tests.fixtures.relay import Relay
 
 pytestmark = pytest.mark.integration
 
@@ -156,6 +158,31 @@ async def test_wait_for_revision_outside_the_prefix(etcd: Etcd, etcd_prefix: str
         assert ks.revision >= rev
         with pytest.raises(TimeoutError, match="did not reach revision"):
             await ks.wait_for_revision(rev + 1_000_000, timeout=0.3)
+
+
+async def test_a_watch_that_answers_nothing_is_started_again(
+    etcd_server: EtcdServer, etcd_prefix: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker's keyspace stayed behind for good after etcd was frozen (found by the
+    hardening fault test). A watch stream that answers nothing, not even the progress
+    it asks for, is started again. Its stream goes through a relay that holds etcd's
+    answers here."""
+    monkeypatch.setattr(keyspace_module, "WATCH_PROGRESS_SECONDS", 0.2)
+    monkeypatch.setattr(keyspace_module, "WATCH_STALL_SECONDS", 1.0)
+    async with Relay(etcd_server.endpoint.removeprefix("http://")) as relay, \
+            Etcd(f"http://{relay.address}") as relayed, Etcd(etcd_server.endpoint) as direct, \
+            KeySpace(relayed, etcd_prefix, lambda kv: kv.value) as keyspace:
+        restarts = keyspace.watch_restarts
+        relay.hold_down = True  # the stream stays open; its answers never come
+        revision = await direct.put(etcd_prefix + "k", b"v")
+        deadline = time.monotonic() + 10
+        while keyspace.watch_restarts == restarts:  # nothing else ends that stream
+            assert time.monotonic() < deadline, "the stalled watch was never restarted"
+            await asyncio.sleep(0.05)
+        relay.hold_down = False
+        relay.cut()  # (held bytes were dropped: that connection is useless now)
+        await keyspace.wait_for_revision(revision, timeout=10)
+        assert keyspace.get(etcd_prefix + "k") is not None
 
 
 async def test_keys_that_do_not_decode_are_skipped(etcd: Etcd, etcd_prefix: str) -> None:

@@ -31,7 +31,7 @@ from gazette.allocator.solver import Member, Solution, solve
 from gazette.errors import ValidationError
 from gazette.keyspace import Etcd, Event, KeySpace, Layout, Txn, TxnConflict
 from gazette.keyspace.etcd import KeyValue
-from gazette.keyspace.layout import AssignmentKey, ItemKey, MemberKey
+from gazette.keyspace.layout import AssignmentKey
 from gazette.protocol import MemberSpec, ProcessId
 
 log = logging.getLogger(__name__)
@@ -114,22 +114,24 @@ def read_state(keyspace: KeySpace[Any], layout: Layout,
     stores: dict[str, tuple[str, ...]] = {}
     members: dict[ProcessId, MemberState] = {}
     assignments: dict[str, list[Assignment]] = defaultdict(list)
-    entries = [*keyspace.prefixed(layout.items), *keyspace.prefixed(layout.members),
-               *keyspace.prefixed(layout.assignments)]
-    for entry in entries:
-        key = layout.parse(entry.kv.key)
-        if isinstance(key, ItemKey):
-            items[key.item] = replication_of(entry.value)
-            if stores_of is not None:
-                stores[key.item] = stores_of(entry.value)
-        elif isinstance(key, MemberKey):
-            spec = entry.value
-            members[spec.id] = MemberState(spec, entry.kv.key, entry.kv.create_revision,
-                                           entry.kv.lease)
-        elif isinstance(key, AssignmentKey):
-            assignments[key.item].append(Assignment(
-                key.item, ProcessId(key.zone, key.suffix), key.slot, entry.kv.value,
-                entry.kv.key, entry.kv.mod_revision))
+    # The mirror's keys were checked as they were decoded: split, not parsed again.
+    for entry in keyspace.prefixed(layout.items):
+        item = entry.kv.key[len(layout.items):]
+        items[item] = replication_of(entry.value)
+        if stores_of is not None:
+            stores[item] = stores_of(entry.value)
+    for entry in keyspace.prefixed(layout.members):
+        spec = entry.value
+        members[spec.id] = MemberState(spec, entry.kv.key, entry.kv.create_revision,
+                                       entry.kv.lease)
+    ids = {(m.zone, m.suffix): m for m in members}
+    prefix = len(layout.assignments)
+    for entry in keyspace.prefixed(layout.assignments):
+        kv = entry.kv
+        item, zone, suffix, slot = kv.key[prefix:].rsplit("#", 3)
+        member = ids.get((zone, suffix)) or ProcessId(zone, suffix)
+        assignments[item].append(Assignment(item, member, int(slot), kv.value, kv.key,
+                                            kv.mod_revision))
     for assigned in assignments.values():
         assigned.sort(key=lambda a: (a.slot, a.member))
     return State(keyspace.revision, items, members, dict(assignments),
@@ -264,11 +266,22 @@ class Allocator:
     def state(self) -> State:
         return read_state(self.keyspace, self.layout, self.replication_of, self.stores_of)
 
+    def leader(self) -> ProcessId | None:
+        """The member with the lowest create revision (then key), as `State.leader`."""
+        entries = [e for e in self.keyspace.prefixed(self.layout.members)
+                   if isinstance(e.value, MemberSpec)]
+        if not entries:
+            return None
+        first = min(entries, key=lambda e: (e.kv.create_revision, e.kv.key))
+        return first.value.id  # type: ignore[no-any-return]
+
     async def run(self) -> None:
         """Until cancelled: after each keyspace change that may change the assignments,
         converge if `me` leads. etcd failing ends it with `EtcdError` (its owner starts
         it again after a while)."""
         stop = self.keyspace.observe(self._on_change)
+        for entry in self.keyspace.prefixed(self.layout.items):  # what changes matter
+            self._inputs[entry.kv.key[len(self.layout.items):]] = self._inputs_of(entry.value)
         try:
             self._changed.set()
             while True:
@@ -286,7 +299,8 @@ class Allocator:
             stop()
 
     def _on_change(self, revision: int, events: list[Event]) -> None:
-        if not self._changed.is_set() and any(self._matters(ev) for ev in events):
+        # Every event is looked at (not `any`): `_matters` keeps `_inputs` current.
+        if sum(self._matters(ev) for ev in events):
             self._changed.set()
 
     def _matters(self, ev: Event) -> bool:
@@ -303,8 +317,7 @@ class Allocator:
             entry = None if ev.deleted else self.keyspace.get(key)
             if entry is None:
                 return self._inputs.pop(item, None) is not None or ev.deleted
-            inputs = (self.replication_of(entry.value),
-                      self.stores_of(entry.value) if self.stores_of else ())
+            inputs = self._inputs_of(entry.value)
             if self._inputs.get(item) == inputs:
                 return False
             self._inputs[item] = inputs
@@ -315,13 +328,15 @@ class Allocator:
             return key[len(layout.assignments):].rsplit("#", 3)[0] in self._waiting
         return False
 
+    def _inputs_of(self, spec: Any) -> tuple[int, tuple[str, ...]]:
+        return (self.replication_of(spec), self.stores_of(spec) if self.stores_of else ())
+
     async def converge(self) -> bool:
         """One leader pass: solve and write what may be written now. Returns whether
         anything was written (the watch then triggers the next pass)."""
-        members = [e.value for e in self.keyspace.prefixed(self.layout.members)]
-        if self.me not in {m.id for m in members if isinstance(m, MemberSpec)}:
+        if self.leader() != self.me:  # (from the members alone: cheap for the others)
             self.converged.clear()
-            return False  # not a member (yet): not the leader either
+            return False
         state = self.state()
         if state.leader != self.me:
             self.converged.clear()

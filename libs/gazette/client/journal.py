@@ -484,17 +484,16 @@ class JournalClient:
                        size: int) -> AppendResult:
         """An uncertain append expected at `offset` met WRONG_APPEND_OFFSET when sent
         again: are the bytes at [offset, offset + size) ours?"""
+        # SHA-1s of up to the whole append (256 MiB): summed off the loop.
         ours = hashlib.sha1()
-        for msg in messages:
-            for part in msg.parts:
-                ours.update(part)
+        await asyncio.to_thread(_sum_into, ours, [p for msg in messages for p in msg.parts])
         theirs, got = hashlib.sha1(), 0
         async with contextlib.aclosing(self.read(journal, offset,
                                                  end_offset=offset + size)) as chunks:
             async for chunk in chunks:
                 if chunk.offset != offset + got:
                     break  # a hole: not what we wrote
-                theirs.update(chunk.content)
+                await asyncio.to_thread(_sum_into, theirs, [chunk.content])
                 got += len(chunk.content)
         if got != size or theirs.digest() != ours.digest():
             raise BrokerError("WRONG_APPEND_OFFSET", journal,
@@ -859,6 +858,12 @@ class JournalClient:
                                          signature_ttl=signature_ttl, page_limit=page_limit):
             out.extend(page)
         return out
+
+
+def _sum_into(sha1: Any, parts: Sequence[bytes | memoryview]) -> None:
+    """Add `parts` to `sha1` (blocking: for a worker thread)."""
+    for part in parts:
+        sha1.update(part)
 
 
 def _listing(resp: pb.ListResponse) -> Listing:

@@ -56,6 +56,11 @@ KEYSPACE_RELOADS = Counter(
     ["prefix"])
 
 
+def _after(prefix: str) -> str:
+    """The least string greater than every string that starts with `prefix`."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class Entry(Generic[V]):
     """A key of the mirror: its decoded value and the etcd metadata behind it."""
@@ -122,14 +127,13 @@ class KeySpace(Generic[V]):
         return (self._entries[k] for k in list(self._keys))
 
     def prefixed(self, prefix: str) -> list[Entry[V]]:
-        """Entries whose key starts with `prefix`, in key order."""
-        lo = bisect.bisect_left(self._keys, prefix)
-        out = []
-        for key in self._keys[lo:]:
-            if not key.startswith(prefix):
-                break
-            out.append(self._entries[key])
-        return out
+        """Entries whose key starts with `prefix`, in key order (two binary searches:
+        the cost is that of what is found, however many keys there are)."""
+        keys = self._keys
+        lo = bisect.bisect_left(keys, prefix)
+        hi = bisect.bisect_left(keys, _after(prefix), lo) if prefix else len(keys)
+        entries = self._entries
+        return [entries[key] for key in keys[lo:hi]]
 
     def observe(self, observer: Observer) -> Callable[[], None]:
         """Call `observer(revision, events)` after each applied change (from the watch

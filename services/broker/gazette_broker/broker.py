@@ -43,11 +43,11 @@ from gazette.protocol import JournalSpec, ProcessId
 from gazette.supervise import Supervisor
 from gazette_broker.announce import Announcer
 from gazette_broker.pipeline import Channels
+from gazette_broker.primary import Peering
 from gazette_broker.replica import (
     CLOSED_DELETED,
     DEFAULT_APPEND_IDLE_TIMEOUT,
     DEFAULT_MAX_APPEND_SIZE,
-    Peering,
     Replica,
     Shared,
 )
@@ -270,7 +270,7 @@ class Broker:
 
         async def close() -> None:
             await self.supervisor.stop(f"replica:{name}")
-            await replica.close(CLOSED_DELETED if deleted else "moved to other brokers")
+            await replica.close(CLOSED_DELETED if deleted else "no longer assigned here")
             log.info("stopped serving %s (%s)", name, replica.closed)
 
         task = asyncio.create_task(close(), name=f"close:{name}")

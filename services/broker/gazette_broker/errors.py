@@ -11,3 +11,16 @@ class StatusError(GazetteError):
     def __init__(self, status: str, message: str) -> None:
         self.status, self.message = status, message
         super().__init__(f"{status}: {message}")
+
+
+class AppendError(StatusError):
+    """An append was refused; nothing was written."""
+
+
+class AppendStalled(GazetteError):
+    """An append stream brought no content for too long: it was aborted, nothing was
+    written."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"no content for {timeout:.0f}s: the append was aborted; nothing "
+                         "was appended")

@@ -45,14 +45,9 @@ from gazette.client.retry import RETRYABLE_STATUSES
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
+from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.reads import ReadError
-from gazette_broker.replica import (
-    CLOSED_DELETED,
-    TOO_LARGE,
-    AppendError,
-    AppendStalled,
-    Replica,
-)
+from gazette_broker.replica import CLOSED_DELETED, TOO_LARGE, Replica
 
 log = logging.getLogger(__name__)
 

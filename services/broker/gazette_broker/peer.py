@@ -27,7 +27,7 @@ from gazette.protocol.content import ReplicateContent
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from gazette_broker.replica import Peering
+    from gazette_broker.primary import Peering
     from gazette_broker.resolver import Resolution
 
 REPLICATED_BYTES = Counter("gazette_broker_replicated_bytes_total",
@@ -50,8 +50,9 @@ class PeerSide:
     _peering: Peering | None
     _hasher: Executor | None
 
-    async def _roll_to(self, begin: int, codec: CompressionCodec | None = None) -> None:
-        raise NotImplementedError  # Replica's
+    if TYPE_CHECKING:  # Replica's
+        async def _roll_to(self, begin: int, codec: CompressionCodec | None = None
+                           ) -> None: ...
 
     async def replicate(self, first: pb.ReplicateRequest,
                         requests: AsyncIterator[ReplicateContent], reply: Reply) -> None:

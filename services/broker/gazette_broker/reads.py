@@ -87,8 +87,8 @@ class ReadSide:
     def write_head(self) -> int:
         return self._spool.end
 
-    async def refresh(self, now: float | None = None) -> None:
-        raise NotImplementedError  # Replica's
+    if TYPE_CHECKING:  # Replica's
+        async def refresh(self, now: float | None = None) -> None: ...
 
     def _check_open(self) -> None:
         if self.closed:

@@ -30,34 +30,31 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from prometheus_client import Counter
 
 from gazette.allocator import Route
 from gazette.client.errors import AppendUncertain
 from gazette.client.results import AppendResult
-from gazette.errors import GazetteError
 from gazette.fragment import Fragment, JournalIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
 from gazette.fragment.store import FragmentStore, StoreError
 from gazette.fragment.summer import ThreadedSha1
-from gazette.keyspace import EtcdError
 from gazette.labels import LabelSet, Selector
-from gazette.pb import broker_pb2 as pb
-from gazette.protocol import CompressionCodec, JournalSpec, ProcessId, labels_from_pb
-from gazette_broker.errors import StatusError
+from gazette.protocol import CompressionCodec, JournalSpec
+from gazette_broker.errors import AppendError, AppendStalled
+from gazette_broker.idle import IdleWatch
 from gazette_broker.peer import PeerSide
 from gazette_broker.pipeline import (
-    Channels,
     Pipeline,
     ReplicationFailed,
     ReplicationUncertain,
 )
+from gazette_broker.primary import Peering, PrimarySide
 from gazette_broker.reads import Gap, ReadSide
 from gazette_broker.resolver import Resolution
 
@@ -66,8 +63,6 @@ log = logging.getLogger(__name__)
 APPENDS = Counter("gazette_broker_appends_total", "Appends answered, by status", ["status"])
 APPEND_BYTES = Counter("gazette_broker_append_bytes_total", "Bytes of committed appends")
 ROLLS = Counter("gazette_broker_fragments_rolled_total", "Spools closed into fragments")
-SYNC_ROLLS = Counter("gazette_broker_sync_rolls_total",
-                     "Pipeline syncs that rolled every replica past peers' fragments")
 SYNC_FAILURES = Counter("gazette_broker_sync_failures_total",
                         "Primaries' pipeline syncs or route announcements that failed "
                         "(each tried again)")
@@ -93,30 +88,6 @@ TOO_LARGE = "append is larger than the"
 CLOSED_DELETED = "deleted"
 
 
-class AppendError(StatusError):
-    """An append was refused; nothing was written."""
-
-
-class AppendStalled(GazetteError):
-    """An append stream brought no content for too long: it was aborted, nothing was
-    written."""
-
-
-@dataclass(frozen=True)
-class Peering:
-    """What a replica in a cluster needs: who this broker is, channels to its peers, the
-    response header of a resolution, and how to announce a synced route (write it into
-    the journal's assignments)."""
-
-    me: ProcessId
-    channels: Channels
-    header: Callable[[Resolution], pb.Header]
-    announce: Callable[[str, Route], Awaitable[bool]]
-    #: Whether this broker's member lease is surely held: a primary whose lease may
-    #: have expired takes no appends (another may be primary by now).
-    live: Callable[[], bool] = lambda: True
-
-
 @dataclass
 class Shared:
     """What every replica of a broker shares: the persister and stores, one cache of
@@ -135,7 +106,7 @@ class Shared:
     append_idle_timeout: float = DEFAULT_APPEND_IDLE_TIMEOUT
 
 
-class Replica(ReadSide, PeerSide):
+class Replica(PrimarySide, ReadSide, PeerSide):
     """A replica of one journal on this broker: its primary (appends) or a peer
     (replicated into). Without `shared.peering`, a lone primary (no cluster)."""
 
@@ -293,7 +264,7 @@ class Replica(ReadSide, PeerSide):
             if subtract_registers:
                 registers = registers - subtract_registers
             try:
-                async with IdleWatch(self.shared.append_idle_timeout) as idle:
+                async with IdleWatch(self.shared.append_idle_timeout, AppendStalled) as idle:
                     async for chunk in chunks:
                         idle.touch()
                         if size + len(chunk) > self.max_append_size:
@@ -332,102 +303,6 @@ class Replica(ReadSide, PeerSide):
                 self._reschedule.set()  # the flush interval runs from now
             return AppendResult(
                 Fragment(self.spec.name, begin, begin + size, digest), self.registers)
-
-    # -- the primary's side of replication --
-
-    @property
-    def is_primary(self) -> bool:
-        """Whether appends are taken here (a lone replica always takes them)."""
-        if self._peering is None:
-            return True
-        return self.resolution is not None and \
-            self.resolution.route.primary_id == self._peering.me
-
-    def update_route(self, res: Resolution) -> None:
-        """The journal's route (and its members' endpoints) as of a newer revision. A
-        changed route ends peer sessions of the old one; its primary syncs a pipeline
-        under the new one (and announces it) without waiting for an append."""
-        old, self.resolution = self.resolution, res
-        if old is not None and (old.route, old.endpoints) == (res.route, res.endpoints):
-            if not res.announced and self._announced == res.route and self.is_primary:
-                # Same route, but an assignment moved to another slot (a new key
-                # without the route): announce it again, or the allocator waits for ever.
-                self._announced = None
-                self._pulse.set()
-            return
-        self._wake_sessions()
-        if self.is_primary:
-            self._pulse.set()
-
-    async def _ready_pipeline(self) -> Pipeline | None:
-        """The pipeline under the current route, synced (opened anew if the route
-        changed or it broke). Raises `AppendError` when appends cannot be taken here
-        now: not the primary, too few brokers, or a peer that cannot be synced."""
-        peering, res = self._peering, self.resolution
-        if peering is None:
-            return None
-        if res is None or res.route.primary_id != peering.me:
-            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
-                              f"{peering.me} is not the primary of {self.spec.name}")
-        if not peering.live():
-            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
-                              f"{peering.me} may have lost its lease: it takes no appends")
-        pipeline = self._pipeline
-        if pipeline is not None and not pipeline.broken and pipeline.route == res.route:
-            return pipeline
-        if pipeline is not None:
-            pipeline.close()
-        self._pipeline = None
-        peers = [(m, res.endpoints[i]) for i, m in enumerate(res.route.members)
-                 if m != peering.me]
-        try:
-            pipeline, replies = await Pipeline.open(
-                self.spec.name, res.route, peering.header(res), peers, peering.channels,
-                self._spool.fragment, self.registers)
-            mismatched = [r for r in replies if r.status != pb.OK]
-            if mismatched:
-                # Peers hold other fragments (a new peer, a failed primary's last
-                # proposals): everyone rolls to a new, empty fragment past the furthest
-                # of them. Content beyond our own was never acknowledged; it stays
-                # wherever it is, and is persisted from there.
-                SYNC_ROLLS.inc()
-                top = max(mismatched, key=lambda r: r.fragment.end)
-                if top.fragment.end > self.write_head:
-                    self.registers = labels_from_pb(top.registers, "registers")
-                await self._roll_to(max(top.fragment.end, self.write_head))
-                await pipeline.propose(self._spool.fragment, self.registers)
-        except ReplicationFailed as err:
-            raise AppendError(err.status, err.message) from None
-        except ReplicationUncertain as err:  # a roll commits no content
-            raise AppendError("REPLICATION_FAILED", str(err)) from None
-        self._pipeline = pipeline
-        if self._announced != res.route:
-            self._pulse.set()
-        return pipeline
-
-    async def sync(self) -> bool:
-        """As primary: sync the pipeline under the current route, then announce the
-        route (so the allocator knows every replica has it). Returns whether done."""
-        if self._peering is None or not self.is_primary or self.closed:
-            return True
-        async with self._lock:
-            try:
-                await self._ready_pipeline()
-            except AppendError as err:
-                log.info("syncing %s: %s", self.spec.name, err)
-                return False
-        res = self.resolution
-        assert res is not None
-        if self._announced == res.route:
-            return True
-        try:
-            announced = await self._peering.announce(self.spec.name, res.route)
-        except EtcdError as err:
-            log.warning("announcing the route of %s: %s", self.spec.name, err)
-            return False
-        if announced:
-            self._announced = res.route
-        return announced
 
     async def _throttle(self, n: int) -> None:
         """Hold the append to the spec's max_append_rate (bytes per second)."""
@@ -603,52 +478,6 @@ class Replica(ReadSide, PeerSide):
                 self._close_spool(spool)
             else:
                 await spool.remove()
-
-
-class IdleWatch:
-    """Cancels the task using it when `touch()` was not called for `timeout` seconds,
-    and raises `AppendStalled` in its place. One timer per interval, not one per chunk:
-    touching is a counter increment on the append's hot path."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._count = self._seen = 0
-        self._fired = False
-        self._task: asyncio.Task[object] | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._cancelling = 0
-
-    def touch(self) -> None:
-        self._count += 1
-
-    async def __aenter__(self) -> IdleWatch:
-        self._task = asyncio.current_task()
-        assert self._task is not None
-        self._cancelling = self._task.cancelling()
-        self._schedule()
-        return self
-
-    def _schedule(self) -> None:
-        self._handle = asyncio.get_running_loop().call_later(self.timeout, self._check)
-
-    def _check(self) -> None:
-        if self._count != self._seen:
-            self._seen = self._count
-            self._schedule()
-            return
-        self._fired = True
-        assert self._task is not None
-        self._task.cancel()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        assert self._task is not None
-        if self._fired and exc_type is asyncio.CancelledError and \
-                self._task.uncancel() <= self._cancelling:
-            raise AppendStalled(f"no content for {self.timeout:.0f}s: the append was "
-                                "aborted; nothing was appended") from exc
 
 
 async def _first(*events: asyncio.Event) -> None:

@@ -216,10 +216,13 @@ class BrokerServer:
             "granting this broker's lease",
             lambda: Lease.grant(self.etcd, cfg.lease_ttl), deadline)
         lease, member = self.lease, self.member
-        await self._until_etcd(
+        revision = await self._until_etcd(
             "announcing this broker", lambda: self.etcd.put(
                 self.layout.member_key(cfg.zone, cfg.suffix), encode_broker(member),
                 lease=lease.id), deadline)
+        # This broker sees itself before it serves (Apply's warnings count it, say).
+        await self.keyspace.wait_for_revision(
+            revision, timeout=max(1.0, deadline - asyncio.get_running_loop().time()))
         supervisor = self.broker.supervisor
         supervisor.spawn("lease", self.lease.keep_alive, transient=())
         await self.broker.start()

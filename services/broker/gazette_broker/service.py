@@ -32,9 +32,9 @@ from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.fragment import fragment_to_pb
 from gazette.fragment.store import StoreError
-from gazette.keyspace import Etcd, Event, KeySpace, Layout, TxnConflict
+from gazette.keyspace import Entry, Etcd, Event, KeySpace, Layout, TxnConflict
 from gazette.keyspace.specs import apply_changes
-from gazette.labels import journal_labels
+from gazette.labels import Selector, journal_labels
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import (
@@ -58,9 +58,10 @@ from gazette.protocol.content import (
 )
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
+from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.pipeline import Channels
 from gazette_broker.reads import ReadError
-from gazette_broker.replica import CLOSED_DELETED, AppendError, AppendStalled, Replica
+from gazette_broker.replica import CLOSED_DELETED, Replica
 from gazette_broker.resolver import Resolution, Resolver
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
     def _listing(self, selector: Any) -> pb.ListResponse:
         assert self.keyspace is not None and self.layout is not None
         journals = []
-        for entry in self.keyspace.prefixed(self.layout.items):
+        for entry in self._candidates(selector):
             spec = entry.value
             if isinstance(spec, JournalSpec) and selector.matches(
                     journal_labels(spec.name, spec.labels)):
@@ -225,6 +226,24 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                     create_revision=entry.kv.create_revision, route=route))
         return pb.ListResponse(status=pb.OK, header=self._header(self.keyspace.revision),
                                journals=journals)
+
+    def _candidates(self, selector: Selector) -> list[Entry[Any]]:
+        """The specs a selector may match: those it names (``name=``), or those under
+        the prefixes it names (``prefix=``), else all; so that listing one journal does
+        not cost a look at every one."""
+        assert self.keyspace is not None and self.layout is not None
+        items = self.layout.items
+        names_ = selector.include.values("name")
+        if names_ and all(names_):
+            found = (self.keyspace.get(items + n) for n in sorted(set(names_)))
+            return [e for e in found if e is not None]
+        prefixes = selector.include.values("prefix")
+        if prefixes and all(prefixes):
+            seen: dict[str, Entry[Any]] = {}
+            for prefix in prefixes:
+                seen.update((e.kv.key, e) for e in self.keyspace.prefixed(items + prefix))
+            return [seen[k] for k in sorted(seen)]
+        return self.keyspace.prefixed(items)
 
     async def List(self, request: pb.ListRequest, context: Any
                    ) -> AsyncIterator[pb.ListResponse]:

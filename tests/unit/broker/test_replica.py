@@ -19,8 +19,9 @@ from gazette.fragment import CorruptFragment, Persister, decompress
 from gazette.fragment.store import store_for
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import CompressionCodec, FragmentSpec, JournalFlags, JournalSpec
+from gazette_broker.errors import AppendError
 from gazette_broker.reads import ReadError
-from gazette_broker.replica import AppendError, Replica, Shared
+from gazette_broker.replica import Replica, Shared
 
 SPEC = JournalSpec("example/journal", replication=1,
                    fragment=FragmentSpec(length=4096, compression_codec=CompressionCodec.NONE,

@@ -23,7 +23,8 @@ from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import CompressionCodec, FragmentSpec, JournalSpec, ProcessId
 from gazette_broker.pipeline import Channels, Pipeline, ReplicationFailed
-from gazette_broker.replica import Peering, Replica, Shared
+from gazette_broker.primary import Peering
+from gazette_broker.replica import Replica, Shared
 from gazette_broker.resolver import Resolution
 
 SPEC = JournalSpec("example/journal", replication=1,
