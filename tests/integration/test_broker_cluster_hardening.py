@@ -4,7 +4,10 @@ the items of the hardening issue; the others were found by the hardening fault t
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -12,7 +15,7 @@ import grpc
 import pytest
 
 from gazette.allocator import assignments_of, route_of
-from gazette.client import JournalClient
+from gazette.client import BrokerError, JournalClient
 from gazette.keyspace import Txn
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
@@ -21,6 +24,7 @@ from gazette_broker import pipeline
 from gazette_broker.server import BrokerServer
 from tests.fixtures.broker import applied, broker_config, consistent, read_all
 from tests.fixtures.polling import eventually
+from tests.fixtures.procs import run_process
 from tests.fixtures.relay import Relay
 
 pytestmark = pytest.mark.integration
@@ -208,3 +212,41 @@ async def test_journals_go_only_to_brokers_that_can_serve_their_stores(
     finally:
         await without.stop()
         await with_root.stop()
+
+
+async def test_refusals_keep_their_reason_through_clients_and_forwards(
+    cluster: list[BrokerServer], tmp_path: Path,
+) -> None:
+    """18: an oversize or forbidden append said only NOT_ALLOWED through the client and
+    gazctl; a forwarded oversize chunked PUT answered 403 instead of 413; a read offset
+    past int64 answered 416 instead of 400."""
+    await applied(cluster)
+    for server in cluster:
+        server.broker.shared.max_append_size = 1000
+        for replica in server.broker.replicas.values():
+            replica.max_append_size = 1000
+    primary = primary_of(cluster, "cluster/r2")
+    other = next(s for s in cluster if s is not primary)
+    async with JournalClient(other.grpc_address) as client:
+        with pytest.raises(BrokerError) as err:
+            await client.append("cluster/r2", b"x" * 2000)
+    assert err.value.status == "NOT_ALLOWED"
+    assert "larger than the 1000-byte limit" in str(err.value)
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for _ in range(4):
+            yield b"y" * 600
+
+    async with aiohttp.ClientSession() as http:
+        # No Content-Length (chunked), and through a broker that forwards it.
+        async with http.put(f"{other.http_url}/cluster/r2", data=chunked()) as r:
+            assert r.status == 413, await r.text()
+            assert "larger than the 1000-byte limit" in await r.text()
+        async with http.get(f"{other.http_url}/cluster/r2",
+                            params={"offset": "99999999999999999999999"}) as r:
+            assert r.status == 400 and "offset: must be at most" in await r.text()
+    env = dict(os.environ, BROKER_ADDRESS=other.grpc_address)
+    status, _, stderr = await run_process(
+        [sys.executable, "-m", "gazette.gazctl", "journals", "append", "cluster/r2",
+         "--framing", "none"], env, stdin=b"z" * 2000)
+    assert status == 1 and "larger than the 1000-byte limit" in stderr, stderr

@@ -860,7 +860,7 @@ class JournalClient:
         return out
 
 
-def _sum_into(sha1: Any, parts: Sequence[bytes | memoryview]) -> None:
+def _sum_into(sha1: Any, parts: Sequence[bytes | bytearray | memoryview]) -> None:
     """Add `parts` to `sha1` (blocking: for a worker thread)."""
     for part in parts:
         sha1.update(part)

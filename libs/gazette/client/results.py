@@ -21,10 +21,11 @@ class AppendResult:
 @dataclass(frozen=True, slots=True)
 class ReadChunk:
     """`content` of the journal starting at `offset`, out of `fragment`; `write_head` as
-    of this chunk (how far behind the head a reader is)."""
+    of this chunk (how far behind the head a reader is). The broker's reads may hand
+    over a `bytearray` they read into (not copied again); clients get `bytes`."""
 
     offset: int
-    content: bytes
+    content: bytes | bytearray
     fragment: Fragment
     write_head: int
 

@@ -1,9 +1,10 @@
 """The persister: uploads closed spools to their journal's first store.
 
 A closed spool stays on local disk until its upload succeeds. Uploads run a few at a time
-(`concurrency`, and at most `per_store` to any one store, so a slow store cannot take
-every slot), and each failed upload is retried on its own with a growing, jittered
-delay: a failing store delays only its own fragments, while other stores' keep flowing.
+(`concurrency`, and at most `per_store` to any one store, one to a local ``file://``
+store, so a slow store cannot take every slot), and each failed upload is retried on
+its own with a growing, jittered delay: a failing store delays only its own fragments,
+while other stores' keep flowing.
 Each store's health (pending fragments and bytes, whether its last upload failed and
 why) is kept for metrics and for `gazctl journals fragments`. Compression runs in a worker
 thread, a block at a time into a file beside the spool (a fragment may be 512 MiB: it is
@@ -55,8 +56,9 @@ LOST = Counter("gazette_fragments_lost_total",
                "Closed spools whose local file vanished before they were persisted")
 
 RETRY_INITIAL, RETRY_MAX = 0.2, 10.0
-#: Uploads at once, in all and to one store.
-CONCURRENCY, PER_STORE = 4, 2
+#: Uploads at once, in all and to one store; to one local-disk (``file://``) store they
+#: go one at a time: measured, a second one only slowed appends to the same disk.
+CONCURRENCY, PER_STORE, PER_FILE_STORE = 4, 2, 1
 #: Bytes of closed spools that may wait for one store before appends to it wait.
 DEFAULT_MAX_PENDING_BYTES = 4 << 30
 
@@ -229,7 +231,8 @@ class Persister:
             if in_flight + len(out) >= self.concurrency:
                 break
             health = self.health(upload.store.url)
-            if health.in_flight >= self.per_store:
+            limit = PER_FILE_STORE if upload.store.url.startswith("file:") else self.per_store
+            if health.in_flight >= limit:
                 continue
             health.in_flight += 1
             upload.running = True
@@ -287,14 +290,15 @@ class Persister:
 
     async def _done(self, upload: _Upload, stored: Path) -> None:
         frag = upload.spool.fragment
+        self._forget(upload)
+        if upload.on_persisted is not None:
+            # First: readers find the persisted copy before the local file goes. (The
+            # store's own mod time is learned at the next listing; now is within a second.)
+            upload.on_persisted(replace(frag, backing_store=upload.store.url,
+                                        mod_time=int(time.time())))
         for path in {stored, upload.spool.path}:
             with contextlib.suppress(FileNotFoundError):
                 await asyncio.to_thread(path.unlink)
-        self._forget(upload)
-        if upload.on_persisted is not None:
-            # The store's own mod time is learned at the next listing; now is within a second.
-            upload.on_persisted(replace(frag, backing_store=upload.store.url,
-                                        mod_time=int(time.time())))
 
     def _forget(self, upload: _Upload) -> None:
         self._uploads.remove(upload)

@@ -10,10 +10,11 @@ the `Persister` uploads.
 Writes are plain `os.pwrite` on the loop's thread: measured here, that beat offloading
 to a worker thread (page-cache writes are fast; the hand-off is not). The SHA-1s are
 summed by the caller (`summed=True`), on a worker thread for large chunks
-(`gazette.fragment.summer`). What may block for longer runs in worker threads: creating
-and removing spool files (`create`, `remove`), and large reads (`read_file`, which opens
-the file by path, so a spool closed meanwhile is never read through a reused
-descriptor).
+(`gazette.fragment.summer`). Reads of the open spool come from the page cache on the
+loop (`read_cached`, which never waits for the disk). What may block runs in worker
+threads: creating and removing spool files (`create`, `remove`), and reads the page
+cache cannot serve (`read_file`, which opens the file by path, so a spool closed
+meanwhile is never read through a reused descriptor).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from pathlib import Path
 
 from gazette.fragment.fragment import Fragment
 from gazette.protocol import CompressionCodec, FragmentSpec
+
+#: Reads that never wait for the disk (Linux 4.14+); 0 elsewhere: then they may.
+_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,26 @@ class Spool:
             raise ValueError(f"offset {offset} outside spool [{self.begin}, {self._committed})")
         size = min(size, self._committed - offset)
         return os.pread(self._fd, size, offset - self.begin) if size > 0 else b""
+
+    def read_cached(self, offset: int, size: int) -> bytearray | None:
+        """Committed content from `offset` (at most `size` bytes) if the page cache holds
+        it, without ever waiting for the disk (``RWF_NOWAIT``): a read on the event loop
+        that cannot block it. None where the disk would have to be read (read it in a
+        worker thread, with `read_file`); fewer bytes where only some are cached."""
+        if not self.begin <= offset <= self._committed:
+            raise ValueError(f"offset {offset} outside spool [{self.begin}, {self._committed})")
+        size = min(size, self._committed - offset)
+        if size <= 0:
+            return bytearray()
+        buf = bytearray(size)
+        try:
+            n = os.preadv(self._fd, [buf], offset - self.begin, _NOWAIT)
+        except BlockingIOError:
+            return None
+        if n <= 0:
+            return None
+        del buf[n:]
+        return buf
 
     def should_roll(self, spec: FragmentSpec, now: float | None = None) -> bool:
         """Whether the spool reached the spec's length or outlived its flush interval."""

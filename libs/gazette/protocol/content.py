@@ -97,7 +97,7 @@ class ReadContent:
 
     __slots__ = ("content", "meta")
 
-    def __init__(self, meta: pb.ReadResponse, content: bytes = b"") -> None:
+    def __init__(self, meta: pb.ReadResponse, content: bytes | bytearray = b"") -> None:
         self.meta, self.content = meta, content
 
 

@@ -224,7 +224,7 @@ class Broker:
             if replica.spec != spec:
                 replica.update_spec(spec)
             if self.resolver is not None:
-                replica.update_route(self.resolver.resolve(name))
+                replica.update_route(self.resolver.resolve(name, announced=True))
 
     async def _open(self, name: str) -> None:
         """Open and start serving `name`'s journal; if its stores cannot be listed, it
@@ -266,7 +266,7 @@ class Broker:
         del self.replicas[name]
         deleted = self._spec(name) is None
         if self.resolver is not None:  # ends a primary's sessions with it
-            replica.update_route(self.resolver.resolve(name))
+            replica.update_route(self.resolver.resolve(name, announced=True))
 
         async def close() -> None:
             await self.supervisor.stop(f"replica:{name}")

@@ -367,7 +367,7 @@ class HttpGateway:
 
 def _refused(status: str, detail: str) -> HttpError:
     """The answer to an append the broker refused (nothing was written)."""
-    if status == "NOT_ALLOWED" and detail.startswith(TOO_LARGE):
+    if status == "NOT_ALLOWED" and TOO_LARGE in detail:
         return HttpError(413, f"{status}: {detail}")
     if status in RETRYABLE_STATUSES or status == "FRAGMENT_STORE_UNHEALTHY":
         return HttpError(503, f"{status}: {detail}; nothing was written",

@@ -47,8 +47,6 @@ GAPS_SKIPPED = Counter("gazette_broker_read_gaps_skipped_total",
 
 #: Largest chunk a read yields at once (large messages are cheaper per byte over gRPC).
 READ_CHUNK = 1 << 20
-#: Reads of spool files up to this size run on the loop; larger ones in a worker thread.
-INLINE_READ = 64 << 10
 #: A read waiting this long in a gap of content only peers held gives it up (that
 #: content was never acknowledged, and its holders are gone) and skips it.
 GAP_WAIT_SECONDS = 60.0
@@ -260,12 +258,15 @@ class ReadSide:
             served = True
             since = time.monotonic()
 
-    async def _read_spool(self, frag: Fragment, offset: int, size: int) -> bytes:
-        """Committed content of the open spool; a large read by path, in a thread."""
+    async def _read_spool(self, frag: Fragment, offset: int, size: int
+                          ) -> bytes | bytearray:
+        """Committed content of the open spool: from the page cache on the loop, else
+        (the disk would be read) in a worker thread."""
         spool = self._spool
+        cached = spool.read_cached(offset, size)
+        if cached is not None:
+            return cached
         size = min(size, spool.end - offset)
-        if size <= INLINE_READ:
-            return spool.read(offset, size)
         try:
             return await asyncio.to_thread(read_file, spool.path, offset - spool.begin, size)
         except FileNotFoundError:  # closed and persisted meanwhile: read it from there

@@ -76,16 +76,21 @@ class Resolver:
     def _track(self, entries: list[Any]) -> None:
         self._on_change(0, [Event(False, e.kv) for e in entries])
 
-    def resolve(self, journal: str) -> Resolution:
+    def resolve(self, journal: str, *, announced: bool = False) -> Resolution:
+        """Where `journal` is served; with `announced`, also whether its primary's
+        announcement of the route is in every assignment (requests need not know)."""
         entry = self.keyspace.get(self.layout.item_key(journal))
         spec = entry.value if entry is not None and isinstance(entry.value, JournalSpec) \
             else None
         assigned = assignments_of(self.keyspace, self.layout, journal) if spec is not None \
             else []
         route = route_of(assigned) if spec is not None else EMPTY_ROUTE
-        value = route.encode()
+        held = True
+        if announced:
+            value = route.encode()
+            held = all(a.value == value for a in assigned)
         return Resolution(journal, spec, route, self._endpoints(route), self.keyspace.revision,
-                          all(a.value == value for a in assigned))
+                          held)
 
     def _endpoints(self, route: Route) -> tuple[str, ...]:
         out = []
@@ -125,6 +130,7 @@ class Resolver:
         if res is None:
             return pb.Header(process_id=self.me_pb,
                              etcd=pb.Header.Etcd(revision=self.keyspace.revision))
-        return pb.Header(process_id=self.me_pb,
-                         route=res.route.with_endpoints(res.endpoints).to_pb(),
+        route = res.route.to_pb(with_endpoints=False)
+        route.endpoints.extend(res.endpoints)
+        return pb.Header(process_id=self.me_pb, route=route,
                          etcd=pb.Header.Etcd(revision=res.revision))

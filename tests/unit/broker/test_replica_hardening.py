@@ -151,10 +151,12 @@ async def test_the_run_loop_survives_failed_announcements(tmp_path: Path) -> Non
 
 async def test_rolls_and_large_reads_run_off_the_loop(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """10: creating spool files and 1 MiB reads of spools ran on the event loop."""
+    """10: creating spool files and 1 MiB reads of spools ran on the event loop. Now
+    a read on the loop is one that cannot wait for the disk (``RWF_NOWAIT``: served from
+    the page cache, or refused and done in a thread); anything else runs in a thread."""
     loop_thread = threading.current_thread()
     on_loop: list[str] = []
-    mkstemp, pread = tempfile.mkstemp, os.pread
+    mkstemp, pread, preadv = tempfile.mkstemp, os.pread, os.preadv
 
     def watched_mkstemp(*args: object, **kw: object) -> object:
         if threading.current_thread() is loop_thread:
@@ -166,11 +168,18 @@ async def test_rolls_and_large_reads_run_off_the_loop(tmp_path: Path,
             on_loop.append(f"pread {n}")
         return pread(fd, n, offset)
 
+    def watched_preadv(fd: int, buffers: list[bytearray], offset: int, flags: int = 0
+                       ) -> int:
+        if threading.current_thread() is loop_thread and not flags & os.RWF_NOWAIT:
+            on_loop.append("preadv that may wait")
+        return preadv(fd, buffers, offset, flags)
+
     spec = JournalSpec("example/journal", replication=1,
                        fragment=FragmentSpec(length=64 << 20, stores=()))
     r = await Replica.open(spec, tmp_path)
     monkeypatch.setattr(tempfile, "mkstemp", watched_mkstemp)
     monkeypatch.setattr(os, "pread", watched_pread)
+    monkeypatch.setattr(os, "preadv", watched_preadv)
     await r.append(one(os.urandom(3 << 20)))
     got = [len(c.content) async for c in r.read(0)]
     await r.roll()
