@@ -1,9 +1,10 @@
 """Cluster scale: what the number of journals costs a cluster of `gazette serve` brokers.
 
-Every etcd event makes each broker bring its replicas in line with the keyspace
-(`Broker.sync`) and makes its allocator read the state (the leader then solves and
-writes); both look at every journal. This part measures what that costs, on the etcd the
-caller started (each cluster under an etcd prefix of its own, stopped before the next):
+Every etcd event reaches every broker: its sync brings the journals the event touches in
+line, and its allocator decides whether the event can move an assignment (the leader
+then solves and writes). This part measures what the number of journals costs that, on
+the etcd the caller started (each cluster under an etcd prefix of its own, stopped
+before the next):
 
 - ``converge_s_2000_journals``: three brokers (zones a, a, b; a shared ``file:///`` store
   root, a spool dir each), a spec tree of 2,000 journals of replication 3 applied with ONE
