@@ -48,13 +48,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -64,13 +61,12 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import uvloop
-from scale_bench import bench_scale  # type: ignore[import-not-found]
+from scale_bench import bench_scale, run_with_etcd  # type: ignore[import-not-found]
 
 from gazette.allocator import assignments_of, route_of
 from gazette.client import AppendQueue, JournalClient, RetryPolicy
 from gazette.keyspace import Etcd, KeySpace, Layout
 from gazette.keyspace.specs import Decoder, apply_changes
-from gazette.local.etcd import EmbeddedEtcd
 from gazette.local.process import free_port
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
@@ -548,19 +544,8 @@ def main() -> None:
     only = set(args.only.split(","))
     if not only <= set(PARTS):
         parser.error(f"--only: unknown parts {sorted(only - set(PARTS))}")
-    tmp = Path(tempfile.mkdtemp(prefix="gazette-bench-"))
-    try:
-        with EmbeddedEtcd(tmp / "etcd") as etcd:
-            result = uvloop.run(run(etcd.endpoint, tmp, only))
-    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM
-        log("interrupted: every process this benchmark started is stopped")
-        sys.exit(130)
-    finally:
-        if args.keep:
-            log(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(result))
+    run_with_etcd("gazette-bench-", args.keep,
+                  lambda endpoint, tmp: run(endpoint, tmp, only))
 
 
 if __name__ == "__main__":

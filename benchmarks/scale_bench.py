@@ -75,7 +75,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -814,15 +814,24 @@ def main() -> None:
     phases = args.phases.split(",")
     if not set(phases) <= set(PHASES):
         parser.error(f"--phases: unknown {sorted(set(phases) - set(PHASES))}")
-    tmp = Path(tempfile.mkdtemp(prefix="gazette-scale-"))
+    run_with_etcd("gazette-scale-", args.keep, lambda endpoint, tmp: _main(
+        endpoint, tmp, phases, args.settle_timeout))
+
+
+def run_with_etcd(prefix: str, keep: bool,
+                  main: Callable[[str, Path], Coroutine[Any, Any, dict[str, object]]]) -> None:
+    """Run `main(etcd endpoint, temp dir)` on uvloop over an etcd of its own in a temp
+    dir (kept with `keep`), and print its figures as the last line. Ctrl-C or SIGTERM
+    stops every process it started (exit 130)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         with EmbeddedEtcd(tmp / "etcd") as etcd:
-            result = uvloop.run(_main(etcd.endpoint, tmp, phases, args.settle_timeout))
+            result = uvloop.run(main(etcd.endpoint, tmp))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: brokers and etcd stopped")
+        log("interrupted: every process this benchmark started is stopped")
         sys.exit(130)
     finally:
-        if args.keep:
+        if keep:
             log(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
