@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond PyPI: PostgreSQL's server binaries (for the
-# SQL store and events tests) and curl (the broker tutorial's HTTP steps, tests/e2e).
+# SQL store and events tests), curl (the broker tutorial's HTTP steps, tests/e2e) and a Java
+# runtime (pyspark, for the Spark source's tests).
 # Installs them with apt when missing and we are root; otherwise says what to install. Fast (a few file checks) when everything is present.
 set -euo pipefail
 
@@ -29,6 +30,18 @@ if [ ! -x /usr/bin/curl ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
   else
     echo "curl not found at /usr/bin/curl: install the 'curl' package." >&2
+    exit 1
+  fi
+fi
+
+# A Java runtime for pyspark (the Spark source's tests run Spark in local mode).
+if ! command -v java >/dev/null && [ -z "${JAVA_HOME:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing a Java runtime for Spark (apt-get install openjdk-17-jre-headless)..."
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "java not found: install 'openjdk-17-jre-headless' (Spark's tests need a JRE 17)." >&2
     exit 1
   fi
 fi

@@ -25,6 +25,7 @@ pytest_plugins = [
     "tests.fixtures.broker",
     "tests.fixtures.kube",
     "tests.fixtures.helm",
+    "tests.fixtures.spark",
 ]
 
 

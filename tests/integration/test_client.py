@@ -57,6 +57,7 @@ from gazette.protocol.content import AppendContent
 from gazette.protocol.trees import SpecChange
 from gazette_broker.server import BrokerServer
 from gazette_broker.service import JournalService, add_journal_service
+from tests.fixtures.broker import persist
 from tests.fixtures.relay import Relay
 from tests.fixtures.s3 import S3Bucket
 
@@ -528,15 +529,6 @@ async def test_a_watch_reconnects_after_a_cut(client: JournalClient, relayed: Jo
 
 
 # -- fragments and direct reads --------------------------------------------------------
-
-
-async def persist(broker: BrokerServer, client: JournalClient, journal: str,
-                  parts: list[bytes]) -> None:
-    """Append each part as a fragment of its own, and persist them all."""
-    for part in parts:
-        await client.append(journal, part)
-        await broker.broker.replicas[journal].roll()
-    await broker.broker.persister.wait_idle()
 
 
 async def test_fragments_are_listed_page_by_page(broker: BrokerServer,

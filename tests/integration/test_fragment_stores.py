@@ -124,6 +124,30 @@ async def test_put_list_get_exists_remove(store: FragmentStore) -> None:
     await store.remove(frag)  # removing what is gone is no error
 
 
+async def test_list_under_finds_every_journal_below_a_prefix(store: FragmentStore) -> None:
+    content = b"x\n"
+    frags = [fragment(0, journal=j, content=content)
+             for j in ("events/a", "events/b/part-1", "eventsx/c", "other/d")]
+    frags.append(fragment(0, journal="events/a", content=content, postfix="date=2026-11-24"))
+    for f in frags:
+        await store.put(f, compress(f.codec, content))
+
+    def names(found: list[Fragment]) -> list[tuple[str, str]]:
+        assert all(f.backing_store == store.url for f in found)
+        return sorted((f.journal, f.path_postfix) for f in found)
+
+    assert names(await store.list_under("events/")) == [
+        ("events/a", ""), ("events/a", "date=2026-11-24"), ("events/b/part-1", "")]
+    assert names(await store.list_under("events")) == [
+        ("events/a", ""), ("events/a", "date=2026-11-24"), ("events/b/part-1", ""),
+        ("eventsx/c", "")]
+    assert len(await store.list_under()) == 5
+    assert await store.list_under("nothing/") == []
+    for bad in ("../", "/abs", "a/../../b"):
+        with pytest.raises(ValidationError, match="prefix"):
+            await store.list_under(bad)
+
+
 async def test_gets_stream_chunks_and_ranges_act_like_slices(store: FragmentStore) -> None:
     stored = random.Random(7).randbytes(3 * CHUNK_SIZE + 12345)
     frag = fragment(codec=CompressionCodec.NONE, content=stored)

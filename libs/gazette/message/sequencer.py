@@ -152,6 +152,37 @@ class Sequencer:
             partial.last_ack = clock
             self._work.append(env)
 
+    def settled_clock(self, journal: str, producer: int) -> int | None:
+        """The clock of the producer's last ACK or OUTSIDE_TXN message (0 if it was never
+        seen) while none of its messages wait for an ACK; None while some do. With
+        `acknowledged_outside`, this lets a batch reader commit runs of OUTSIDE_TXN
+        messages itself, many at a time (they commit iff their clock is above the
+        running last ACK), and queue only the rest."""
+        partial = self._partials.get((journal, producer))
+        if partial is None:
+            return 0
+        if partial.pending or partial.restored_begin >= 0:
+            return None
+        return partial.last_ack
+
+    def acknowledged_outside(self, journal: str, producer: int, last_ack: int,
+                             last_seen: int, duplicates: int = 0) -> None:
+        """Record OUTSIDE_TXN messages of a settled producer (see `settled_clock`) that
+        the caller committed (or found duplicate) itself: the clock of the last one it
+        committed, the newest it read, and how many were duplicates. Only when nothing
+        waits to be dequeued, so commit order is kept."""
+        if self._work:
+            raise RuntimeError("acknowledged_outside while committed messages wait")
+        key = (journal, producer)
+        partial = self._partials.get(key)
+        if partial is None:
+            partial = self._partials[key] = _Partial()
+        if partial.pending or partial.restored_begin >= 0:
+            raise RuntimeError(f"producer {producer:012x} of {journal} has messages pending")
+        partial.last_ack = max(partial.last_ack, last_ack)
+        partial.last_seen = max(partial.last_seen, last_seen)
+        self.duplicates += duplicates
+
     def queue_all(self, envs: Iterable[Envelope]) -> None:
         for env in envs:
             self.queue(env)

@@ -15,6 +15,7 @@ would not help.
 from __future__ import annotations
 
 import abc
+import builtins
 import os
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -72,6 +73,17 @@ def check_journal(journal: str) -> str:
     return names.validate_journal_name(journal, "journal")
 
 
+def check_prefix(prefix: str) -> str:
+    """A journal name prefix to list under, checked: "" or a plain relative path (a
+    ValidationError for one that would climb out of the store)."""
+    if prefix and (prefix.startswith("/") or ".." in prefix.split("/")
+                   or not prefix.rstrip("/")):
+        raise ValidationError("prefix", f"{prefix!r} is not a journal name prefix")
+    if prefix:
+        names.validate_path(prefix.rstrip("/"), "prefix", 1, 512, names.PATH_SYMBOLS)
+    return prefix
+
+
 #: Bytes held in memory, as `put` accepts them.
 Payload: TypeAlias = bytes | bytearray | memoryview
 
@@ -106,6 +118,12 @@ class FragmentStore(abc.ABC):
         folders (``<journal>/date=.../<name>``) are found; fragments of other journals
         whose names extend this one (``<journal>/child/...``) are left out, and objects
         that are not fragments are logged and skipped."""
+
+    @abc.abstractmethod
+    async def list_under(self, prefix: str = "") -> builtins.list[Fragment]:
+        """The fragments of every journal whose name starts with `prefix` (all with
+        ""), as `list` gives them, in no particular order: for readers that find
+        journals in a store without a broker (the Spark source)."""
 
     @abc.abstractmethod
     def get(self, fragment: Fragment, begin: int = 0,

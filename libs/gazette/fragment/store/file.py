@@ -16,6 +16,7 @@ leaves its (possibly empty) folders in place.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import errno
 import os
@@ -36,6 +37,7 @@ from gazette.fragment.store.base import (
     PutData,
     StoreError,
     check_journal,
+    check_prefix,
     check_range,
     not_a_store,
     object_path,
@@ -73,12 +75,22 @@ class FileStore(FragmentStore):
         return cls(self.url, op, obj, f"{type(exc).__name__}: {exc}")
 
     async def list(self, journal: str) -> list[Fragment]:
-        base = self.root / check_journal(journal)
-        try:
-            found = await asyncio.to_thread(_walk, self.root, base)
-        except OSError as exc:
-            raise StoreError(self.url, "list", journal, f"{type(exc).__name__}: {exc}") from exc
+        found = await self._walk(check_journal(journal) + "/")
         return [f for f in from_listing(found, self.url) if f.journal == journal]
+
+    async def list_under(self, prefix: str = "") -> builtins.list[Fragment]:
+        found = await self._walk(check_prefix(prefix))
+        return [f for f in from_listing(found, self.url) if f.path.startswith(prefix)]
+
+    async def _walk(self, prefix: str) -> builtins.list[tuple[str, int]]:
+        """(path, mtime) of the files whose path starts with `prefix`."""
+        folder = self.root / prefix.rpartition("/")[0]
+        try:
+            found = await asyncio.to_thread(_walk, self.root, folder)
+        except OSError as exc:
+            raise StoreError(self.url, "list", prefix or "/",
+                             f"{type(exc).__name__}: {exc}") from exc
+        return [(path, mtime) for path, mtime in found if path.startswith(prefix)]
 
     async def get(self, fragment: Fragment, begin: int = 0,
                   end: int | None = None) -> AsyncIterator[bytes]:

@@ -53,6 +53,7 @@ client sends ``Accept-Encoding: identity`` and never decompresses).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import functools
 import logging
@@ -83,6 +84,7 @@ from gazette.fragment.store.base import (
     PutData,
     StoreError,
     check_journal,
+    check_prefix,
     check_range,
     not_a_store,
     object_path,
@@ -416,13 +418,21 @@ class S3Store(FragmentStore):
     # -- operations --------------------------------------------------------------------
 
     async def list(self, journal: str) -> list[Fragment]:
-        check_journal(journal)
-        found: list[tuple[str, int]] = []
+        found = await self._list_keys(check_journal(journal) + "/")
+        return [f for f in from_listing(found, self.url) if f.journal == journal]
+
+    async def list_under(self, prefix: str = "") -> builtins.list[Fragment]:
+        found = await self._list_keys(check_prefix(prefix))
+        return [f for f in from_listing(found, self.url) if f.path.startswith(prefix)]
+
+    async def _list_keys(self, prefix: str) -> builtins.list[tuple[str, int]]:
+        """(key below the store's prefix, mod time) of the objects under `prefix`."""
+        found: builtins.list[tuple[str, int]] = []
         try:
             async with asyncio.timeout(self.op_timeout):
                 s3 = await self.client()
             pages = s3.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=f"{self.prefix}{journal}/").__aiter__()
+                Bucket=self.bucket, Prefix=f"{self.prefix}{prefix}").__aiter__()
             while True:
                 async with asyncio.timeout(self.op_timeout):  # each page
                     try:
@@ -433,8 +443,8 @@ class S3Store(FragmentStore):
                     found.append((obj["Key"][len(self.prefix):],
                                   int(obj["LastModified"].timestamp())))
         except _FAILURES as exc:
-            raise self._fail("list", journal, exc) from exc
-        return [f for f in from_listing(found, self.url) if f.journal == journal]
+            raise self._fail("list", prefix or "/", exc) from exc
+        return found
 
     async def get(self, fragment: Fragment, begin: int = 0,
                   end: int | None = None) -> AsyncIterator[bytes]:

@@ -1,0 +1,317 @@
+"""The ``gazette`` PySpark source over fragments real brokers wrote: to ``file://`` and to
+S3 on moto, in every codec and framing; offsets, selectors, duplicate fragments, a corrupt
+one, read-committed against the message library's reader, and the streaming source.
+
+Spark calls block, and the brokers run on this test's event loop: they are made from a
+worker thread (`run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gazette.client import JournalClient
+from gazette.message import (
+    CsvRecord,
+    JsonMessage,
+    ProtoMessage,
+    Sequencer,
+    framing_for,
+    read_committed,
+    read_uncommitted,
+)
+from gazette.message.uuid import Flags, build, to_str
+from gazette_broker.server import BrokerServer
+from tests.fixtures.broker import persist
+from tests.fixtures.s3 import S3Bucket
+from tests.unit.message.test_types import TextEvent
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+CODECS = ["NONE", "GZIP", "SNAPPY", "ZSTANDARD"]
+SPECS = """
+name: spark/
+replication: 1
+fragment: {length: 1073741824, stores: ["file:///"], refresh_interval: 1h0m0s}
+children:
+""" + "".join(f"""  - name: spark/lines-{c.lower()}
+    fragment: {{compression_codec: {c}}}
+""" for c in CODECS) + """  - name: spark/events
+    fragment: {compression_codec: SNAPPY}
+  - name: spark/other/x
+"""
+
+
+async def run(fn: Callable[[], T]) -> T:
+    return await asyncio.to_thread(fn)
+
+
+def lines_of(journal: str, n: int, part: int) -> bytes:
+    return b"".join(b"%s part %d line %d\n" % (journal.encode(), part, i) for i in range(n))
+
+
+def expected_rows(parts: list[bytes]) -> list[tuple[int, str]]:
+    out, offset = [], 0
+    for line in b"".join(parts).splitlines(keepends=True):
+        out.append((offset, line.rstrip(b"\n").decode()))
+        offset += len(line)
+    return out
+
+
+@pytest.fixture
+async def written(broker_server: BrokerServer) -> AsyncIterator[dict[str, list[bytes]]]:
+    """Journals of three fragments each, persisted to the broker's file store."""
+    await broker_server.apply_yaml(SPECS)
+    parts: dict[str, list[bytes]] = {}
+    async with JournalClient(broker_server.grpc_address) as client:
+        for codec in CODECS:
+            journal = f"spark/lines-{codec.lower()}"
+            parts[journal] = [lines_of(journal, 200 + 50 * i, i) for i in range(3)]
+            await persist(broker_server, client, journal, parts[journal])
+        parts["spark/other/x"] = [b"other\n"]
+        await persist(broker_server, client, "spark/other/x", parts["spark/other/x"])
+    yield parts
+
+
+def store_url(broker: BrokerServer) -> str:
+    return Path(broker.file_root or "").as_uri() + "/"
+
+
+def rows(df: Any) -> dict[str, list[tuple[int, str]]]:
+    out: dict[str, list[tuple[int, str]]] = {}
+    for r in df.orderBy("journal", "offset").collect():
+        out.setdefault(r["journal"], []).append((r["offset"], r["value"]))
+    return out
+
+
+async def test_every_codec_from_a_file_store_and_through_a_broker(
+        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+    want = {j: expected_rows(p) for j, p in written.items() if j.startswith("spark/lines")}
+    from_stores = spark.read.format("gazette").option("stores", store_url(broker_server)) \
+        .option("journals", "prefix=spark/, name notin (spark/other/x)")
+    assert await run(lambda: rows(from_stores.load())) == want
+    through_broker = spark.read.format("gazette").options(
+        broker=broker_server.grpc_address, journals="prefix=spark/, name notin (spark/other/x)")
+    df = await run(through_broker.load)
+    assert df.columns == ["journal", "offset", "value"]
+    assert await run(lambda: rows(df)) == want
+
+
+async def test_offsets_selectors_and_times_narrow_the_read(
+        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+    journal = "spark/lines-gzip"
+    all_rows = expected_rows(written[journal])
+    start, end = all_rows[10][0], all_rows[300][0]
+    reader = spark.read.format("gazette").options(
+        stores=store_url(broker_server), journals=f"name={journal}",
+        startingOffsets=json.dumps({journal: start}),
+        endingOffsets=json.dumps({journal: end}))
+    assert await run(lambda: rows(reader.load())) == {journal: all_rows[10:300]}
+    # A selector that excludes, and a time range that holds nothing.
+    excluding = spark.read.format("gazette").options(
+        stores=store_url(broker_server),
+        journals="prefix=spark/, name notin (spark/lines-none, spark/lines-gzip)")
+    got = await run(lambda: sorted(rows(excluding.load())))
+    assert got == ["spark/lines-snappy", "spark/lines-zstandard", "spark/other/x"]
+    future = spark.read.format("gazette").options(
+        stores=store_url(broker_server), journals="prefix=spark/", startTime="2999-01-01")
+    assert await run(lambda: future.load().count()) == 0
+
+
+async def test_duplicate_fragments_in_two_stores_are_read_once(
+        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]],
+        tmp_path: Path) -> None:
+    root = Path(broker_server.file_root or "")
+    copy = tmp_path / "second-store"
+    shutil.copytree(root / "spark" / "lines-snappy", copy / "spark" / "lines-snappy")
+    stores = f"{store_url(broker_server)},{copy.as_uri()}/"
+    df = spark.read.format("gazette").options(stores=stores,
+                                              journals="name=spark/lines-snappy")
+    assert await run(lambda: rows(df.load())) == {
+        "spark/lines-snappy": expected_rows(written["spark/lines-snappy"])}
+    # Only in the second store, the first fragment is found there.
+    first = next((root / "spark" / "lines-snappy").iterdir())
+    first.unlink()
+    assert await run(lambda: rows(df.load())) == {
+        "spark/lines-snappy": expected_rows(written["spark/lines-snappy"])}
+
+
+async def test_a_corrupt_fragment_fails_the_read_naming_it_unless_told_to_skip(
+        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+    journal = "spark/lines-zstandard"
+    folder = Path(broker_server.file_root or "") / journal
+    frags = sorted(folder.iterdir())
+    bad = frags[1]
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    df = spark.read.format("gazette").options(stores=store_url(broker_server),
+                                              journals=f"name={journal}")
+    with pytest.raises(Exception) as err:
+        await run(lambda: df.load().count())
+    assert bad.name in str(err.value) and "failOnDataLoss=false" in str(err.value)
+    lenient = df.option("failOnDataLoss", "false")
+    got = await run(lambda: rows(lenient.load()))
+    parts = written[journal]
+    keep = expected_rows(parts)
+    skipped = range(len(parts[0]), len(parts[0]) + len(parts[1]))
+    assert got == {journal: [r for r in keep if r[0] not in skipped]}
+
+
+# -- framings and S3 ---------------------------------------------------------------------
+
+def uuid_text(producer: int, clock: int, flags: Flags = Flags.OUTSIDE_TXN) -> str:
+    return to_str(build(producer, clock << 4, flags))
+
+
+async def test_json_csv_and_fixed_framings_from_s3(
+        spark: Any, broker_server: BrokerServer, s3_bucket: S3Bucket,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in s3_bucket.server.env().items():  # the broker's S3 store reads these
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    await broker_server.apply_yaml(f"""
+name: s3/
+replication: 1
+fragment: {{compression_codec: ZSTANDARD, stores: ["{s3_bucket.url}frags/"]}}
+children:
+  - name: s3/json
+  - name: s3/csv
+  - name: s3/fixed
+""")
+    docs = [JsonMessage(uuid=uuid_text(7, i + 1), word=f"w{i}", n=i) for i in range(500)]
+    docs.append(JsonMessage(word="no uuid", n=-1))
+    ndjson = framing_for("application/x-ndjson")
+    csv = framing_for("text/csv")
+    records = [CsvRecord([uuid_text(9, i + 1), f"c{i}", "x,y"]) for i in range(100)]
+    fixed = framing_for("application/x-protobuf-fixed", message_type=TextEvent)
+    events = []
+    for i in range(100):
+        ev = ProtoMessage(TextEvent(name=f"e{i}", n=i))
+        ev.set_uuid(build(11, (i + 1) << 4, Flags.OUTSIDE_TXN))
+        events.append(ev)
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "s3/json",
+                      [ndjson.encode(docs[:250]), ndjson.encode(docs[250:])])
+        await persist(broker_server, client, "s3/csv", [csv.encode(records)])
+        await persist(broker_server, client, "s3/fixed", [fixed.encode(events)])
+    stores = f"{s3_bucket.url}frags/"
+
+    js = spark.read.format("gazette").options(stores=stores, journals="name=s3/json",
+                                              framing="json", schema="word string, n int")
+    got = await run(lambda: js.load().orderBy("offset").collect())
+    assert len(got) == 501
+    assert [(r["data"]["word"], r["data"]["n"]) for r in got] == [
+        (d["word"], d["n"]) for d in docs]
+    first = got[0]
+    assert first["uuid"] == docs[0]["uuid"] and first["producer"] == f"{7:012x}"
+    assert first["clock"] == 1 << 4 and first["flags"] == 0
+    assert got[-1]["uuid"] is None and got[-1]["clock"] is None
+
+    cs = spark.read.format("gazette").options(stores=stores, journals="name=s3/csv",
+                                              framing="csv")
+    got = await run(lambda: cs.load().orderBy("offset").collect())
+    assert [r["value"] for r in got] == [f'{r[0]},{r[1]},"x,y"' for r in records]
+    assert {r["producer"] for r in got} == {f"{9:012x}"}
+
+    fx = spark.read.format("gazette").options(
+        stores=stores, journals="name=s3/fixed", framing="fixed",
+        messageType="tests.unit.message.test_types:TextEvent")
+    got = await run(lambda: fx.load().orderBy("offset").collect())
+    assert [TextEvent.FromString(bytes(r["value"])).name for r in got] == [
+        f"e{i}" for i in range(100)]
+    assert [r["clock"] for r in got] == [(i + 1) << 4 for i in range(100)]
+    # Through the broker, with signed (presigned S3) URLs.
+    via = js.options(broker=broker_server.grpc_address, stores="")
+    assert await run(lambda: via.load().count()) == 501
+
+
+# -- read committed ---------------------------------------------------------------------
+
+def transactional_stream() -> list[bytes]:
+    """Appends of three producers: committed publishing with a re-sent append, a
+    committed transaction, a rolled-back one, a recovered producer re-writing its ACK,
+    and messages without UUIDs; ACKs too."""
+    enc = framing_for("application/x-ndjson")
+
+    def msg(p: int, clock: int, flags: Flags, n: int) -> JsonMessage:
+        return JsonMessage(uuid=uuid_text(p, clock, flags), n=n)
+
+    c, a = Flags.CONTINUE_TXN, Flags.ACK_TXN
+    o = Flags.OUTSIDE_TXN
+    appends = [
+        [msg(1, i, o, i) for i in range(1, 300)],
+        [msg(1, i, o, i) for i in range(250, 300)],  # a re-sent append: duplicates
+        [msg(2, 1, c, 1000), msg(2, 2, c, 1001), msg(3, 1, c, 2000)],
+        [msg(2, 3, a, -1)],  # commits 1000, 1001
+        [msg(3, 2, c, 2001), msg(2, 4, c, 1002)],
+        [msg(3, 1, a, -1)],  # producer 3 acks clock 1: 2001 (clock 2) rolls back
+        [msg(2, 3, a, -1)],  # producer 2 re-writes its last ACK: 1002 rolls back
+        [JsonMessage(n=5000), msg(1, 300, o, 300)],
+        [msg(4, 1, c, 4000 + i) for i in range(10)] + [msg(4, 2, a, -1)],
+    ]
+    return [enc.encode(batch) for batch in appends]
+
+
+async def library_committed(journal: str, content: bytes) -> list[tuple[int, str]]:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield content
+
+    async def replay(_: str, begin: int, end: int) -> AsyncIterator[list[Any]]:
+        async def part() -> AsyncIterator[bytes]:
+            yield content[begin:end]
+        async for batch in read_uncommitted(journal, part(), ndjson, begin):
+            yield batch
+
+    ndjson = framing_for("application/x-ndjson")
+    out = []
+    async for batch in read_committed(read_uncommitted(journal, chunks(), ndjson),
+                                      Sequencer(), replay):
+        out.extend((env.begin, json.dumps(env.message, separators=(",", ":")))
+                   for env in batch)
+    return out
+
+
+async def test_read_committed_equals_the_message_library_reader(
+        spark: Any, broker_server: BrokerServer) -> None:
+    await broker_server.apply_yaml(SPECS)
+    parts = transactional_stream()
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "spark/events", parts)
+    content = b"".join(parts)
+    want = await library_committed("spark/events", content)
+    assert 300 < len(want) < 400  # duplicates, roll-backs and ACKs are gone
+    df = spark.read.format("gazette").options(
+        stores=store_url(broker_server), journals="name=spark/events", framing="json",
+        readCommitted="true")
+    got = await run(lambda: [(r["offset"], r["value"]) for r in df.load().collect()])
+    assert [(o, json.loads(v)) for o, v in got] == [(o, json.loads(v)) for o, v in want]
+    everything = await run(lambda: df.option("readCommitted", "false").load().count())
+    assert everything == sum(len(p.splitlines()) for p in parts)
+
+
+# -- partitions ---------------------------------------------------------------------------
+
+async def test_a_large_fragment_is_split_and_read_whole(
+        spark: Any, broker_server: BrokerServer) -> None:
+    await broker_server.apply_yaml(SPECS)
+    part = b"".join(b"line %06d %s\n" % (i, b"x" * (i % 97)) for i in range(40_000))
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "spark/lines-none", [part])
+    df = spark.read.format("gazette").options(
+        stores=store_url(broker_server), journals="name=spark/lines-none",
+        maxPartitionBytes=str(256 << 10))
+    loaded = await run(df.load)
+    assert await run(lambda: loaded.rdd.getNumPartitions()) == -(-len(part) // (256 << 10))
+    assert await run(lambda: rows(loaded)) == {"spark/lines-none": expected_rows([part])}
+    hinted = spark.read.format("gazette").options(
+        stores=store_url(broker_server), journals="name=spark/lines-none", minPartitions="7")
+    assert await run(lambda: hinted.load().rdd.getNumPartitions()) >= 7
