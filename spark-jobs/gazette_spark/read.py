@@ -115,7 +115,9 @@ async def _split_part(piece: Piece) -> AsyncIterator[tuple[int, bytes]]:
         pos += len(chunk)
 
 
-def _content(piece: Piece) -> Iterator[tuple[int, bytes]]:
+def piece_content(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of a piece, in order; raises one of `DATA_LOSS_ERRORS` when its
+    fragment is missing or bad (before yielding anything, for a whole fragment)."""
     if piece.head_cut or piece.tail_cut:
         yield from _iterate(_split_part(piece))
         return
@@ -125,7 +127,8 @@ def _content(piece: Piece) -> Iterator[tuple[int, bytes]]:
         pos += len(chunk)
 
 
-_LOSS = (CorruptFragment, CodecError, StoreError, OSError)
+#: What reading a fragment raises when its bytes are missing or bad.
+DATA_LOSS_ERRORS = (CorruptFragment, CodecError, StoreError, OSError)
 
 
 class SliceReader:
@@ -153,7 +156,7 @@ class SliceReader:
             if last_end >= 0 and piece.begin != last_end:
                 yield from decoder.finish()  # a hole, or a skipped piece
             try:
-                for offset, chunk in _content(piece):
+                for offset, chunk in piece_content(piece):
                     if offset + len(chunk) <= begin:
                         continue
                     if offset < begin:
@@ -164,7 +167,7 @@ class SliceReader:
                         chunk = chunk[:end - offset]
                     self.bytes += len(chunk)
                     yield from decoder.feed(chunk, offset)
-            except _LOSS as err:
+            except DATA_LOSS_ERRORS as err:
                 self._lost(piece, err)
                 yield from decoder.finish()
                 last_end = -1

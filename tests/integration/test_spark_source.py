@@ -315,3 +315,41 @@ async def test_a_large_fragment_is_split_and_read_whole(
     hinted = spark.read.format("gazette").options(
         stores=store_url(broker_server), journals="name=spark/lines-none", minPartitions="7")
     assert await run(lambda: hinted.load().rdd.getNumPartitions()) >= 7
+
+
+# -- streaming ---------------------------------------------------------------------------
+
+def stream_once(spark: Any, stores: str, out: Path, checkpoint: Path) -> None:
+    """One run of a streaming query: everything available now, then stop."""
+    df = spark.readStream.format("gazette").options(
+        stores=stores, journals="prefix=spark/, name notin (spark/other/x)").load()
+    query = (df.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+             .start())
+    query.awaitTermination(120)
+    assert not query.isActive, "the streaming query did not finish in 120 s"
+    assert query.exception() is None, query.exception()
+
+
+async def test_the_stream_resumes_from_its_checkpoint(
+        spark: Any, broker_server: BrokerServer, tmp_path: Path) -> None:
+    await broker_server.apply_yaml(SPECS)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    stores = store_url(broker_server)
+    written: dict[str, list[bytes]] = {"spark/lines-gzip": [], "spark/lines-none": []}
+    async with JournalClient(broker_server.grpc_address) as client:
+        async def write(journal: str, part: bytes) -> None:
+            written[journal].append(part)
+            await persist(broker_server, client, journal, [part])
+
+        await write("spark/lines-gzip", lines_of("g", 100, 0))
+        await run(lambda: stream_once(spark, stores, out, checkpoint))
+        # More content, and a journal the stream has not seen: read once each.
+        await write("spark/lines-gzip", lines_of("g", 70, 1))
+        await write("spark/lines-none", lines_of("n", 30, 0))
+        await run(lambda: stream_once(spark, stores, out, checkpoint))
+        await run(lambda: stream_once(spark, stores, out, checkpoint))  # nothing new
+        await write("spark/lines-gzip", lines_of("g", 5, 2))
+        await run(lambda: stream_once(spark, stores, out, checkpoint))
+    got = await run(lambda: rows(spark.read.parquet(str(out))))
+    assert got == {j: expected_rows(parts) for j, parts in written.items()}
