@@ -1,0 +1,262 @@
+"""The Spark source's pure parts, without a JVM: options, decoders, read-committed and
+planning."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gazette.fragment import Fragment
+from gazette.message import (
+    JsonMessage,
+    Sequencer,
+    framing_for,
+    read_committed,
+    read_uncommitted,
+)
+from gazette.message.uuid import Flags, build, to_str
+from gazette_spark import decode
+from gazette_spark.committed import CommittedReader
+from gazette_spark.decode import Block, decoder_for
+from gazette_spark.options import EARLIEST, LATEST, OptionError, ReadOptions
+from gazette_spark.plan import DataLoss, plan, slices
+from gazette_spark.uuids import parse_text_column
+
+# -- options -----------------------------------------------------------------------------
+
+
+def test_options_parse_with_defaults_and_any_case() -> None:
+    o = ReadOptions.parse({"STORES": "file:///a/, s3://bkt/p/", "Journals": "prefix=x/",
+                           "startingOffsets": '{"x/a": 5, "x/b": -2}',
+                           "readcommitted": "TRUE", "framing": "json",
+                           "startTime": "2026-11-24T00:00:00Z"})
+    assert o.stores == ("file:///a/", "s3://bkt/p/") and o.read_committed
+    assert o.starting.of("x/a") == 5 and o.starting.of("x/b") == EARLIEST
+    assert o.starting.of("x/c") == EARLIEST and o.ending.of("x/a") == LATEST
+    assert o.start_time == 1795478400
+
+
+@pytest.mark.parametrize(("options", "field", "reason"), [
+    ({}, "broker", "exactly one"),
+    ({"broker": "h:1", "stores": "file:///a/"}, "broker", "exactly one"),
+    ({"stores": "ftp://x/"}, "stores", "ftp"),
+    ({"stores": "file:///a/", "journals": "app=x"}, "journals", "broker="),
+    ({"stores": "file:///a/", "journals": "(("}, "journals", ""),
+    ({"stores": "file:///a/", "framing": "xml"}, "framing", "lines, json"),
+    ({"stores": "file:///a/", "readCommitted": "true"}, "readCommitted", "UUIDs"),
+    ({"stores": "file:///a/", "readCommitted": "maybe"}, "readCommitted", "true or false"),
+    ({"stores": "file:///a/", "startingOffsets": "latest"}, "startingOffsets", "batch"),
+    ({"stores": "file:///a/", "startingOffsets": '{"a": "x"}'}, "startingOffsets", "integer"),
+    ({"stores": "file:///a/", "endingOffsets": "earliest"}, "endingOffsets", "earliest"),
+    ({"stores": "file:///a/", "minPartitions": "-1"}, "minPartitions", "outside"),
+    ({"stores": "file:///a/", "startTime": "yesterday"}, "startTime", "ISO 8601"),
+    ({"stores": "file:///a/", "schema": "a int"}, "schema", "json"),
+    ({"stores": "file:///a/", "framing": "fixed", "messageType": "nocolon"},
+     "messageType", "module:attribute"),
+    ({"stores": "file:///a/", "typo": "1"}, "typo", "unknown option"),
+])
+def test_bad_options_are_refused_naming_them(options: dict[str, str], field: str,
+                                             reason: str) -> None:
+    with pytest.raises(OptionError) as err:
+        ReadOptions.parse(options)
+    assert f"'{field}'" in str(err.value) and reason in str(err.value)
+
+
+def test_streams_refuse_what_only_batches_do() -> None:
+    for extra in ({"readCommitted": "true", "framing": "json"},
+                  {"endingOffsets": "latest"}):
+        with pytest.raises(OptionError):
+            ReadOptions.parse({"stores": "file:///a/", **extra}, streaming=True)
+    assert ReadOptions.parse({"stores": "file:///a/", "startingOffsets": "latest"},
+                             streaming=True).starting.default == LATEST
+
+
+# -- decoders ----------------------------------------------------------------------------
+
+def decode_all(framing: str, data: bytes, chunk: int, **kw: Any) -> list[Block]:
+    d = decoder_for("j/x", framing, **kw)
+    out: list[Block] = []
+    for i in range(0, len(data), chunk):
+        out += d.feed(data[i:i + chunk], 100 + i)
+    return out + d.finish()
+
+
+def test_lines_are_found_across_any_chunking() -> None:
+    text = b"a\r\nbb\n\nccc\nno newline"
+    want = [(100, "a"), (103, "bb"), (106, ""), (107, "ccc"), (111, "no newline")]
+    for chunk in (1, 2, 5, 100):
+        got = [(o, v) for b in decode_all("lines", text, chunk)
+               for o, v in zip(b.begins.tolist(), b.values.to_pylist(), strict=True)]
+        assert got == want, chunk
+
+
+def uuid_text(producer: int, clock: int, flags: Flags = Flags.OUTSIDE_TXN) -> str:
+    return to_str(build(producer, clock << 4, flags))
+
+
+def test_json_fast_and_slow_paths_agree_with_the_library() -> None:
+    docs = [{"uuid": uuid_text(3, i + 1), "n": i} for i in range(50)]
+    clean = b"".join(json.dumps(d).encode() + b"\n" for d in docs)
+    messy = clean + b"   \n[1]\n" + json.dumps({"uuid": "{" + docs[0]["uuid"] + "}",
+                                                "n": 99}).encode() + b"\n"
+    for data in (clean, messy):
+        frames, _ = framing_for("application/x-ndjson").decode(data, final=True)
+        want = [(100 + f.begin, f.message.get_uuid()) for f in frames if f.error is None]
+        blocks = decode_all("json", data, 7)
+        got = [(o, int(u.replace("-", ""), 16) if u else None) for b in blocks
+               for o, u in zip(b.begins.tolist(), b.uuid_text.to_pylist(), strict=True)]
+        assert got == want
+
+
+def test_uuid_columns_match_the_library_or_decline() -> None:
+    import pyarrow as pa
+
+    texts = [uuid_text(0xABCDEF, 12345, Flags.ACK_TXN), None, ""]
+    cols = parse_text_column(pa.array(texts, pa.string()))
+    assert cols is not None
+    assert cols.has.tolist() == [True, False, False]
+    assert int(cols.producer[0]) == 0xABCDEF and int(cols.clock[0]) == 12345 << 4
+    assert int(cols.flags[0]) == Flags.ACK_TXN
+    v4 = "6ba7b810-9dad-41d1-80b4-00c04fd430c8"
+    assert parse_text_column(pa.array([v4])) is None
+    assert parse_text_column(pa.array([texts[0].upper()])) is not None
+    assert parse_text_column(pa.array(["zz" + texts[0][2:]])) is None
+
+
+# -- read-committed ------------------------------------------------------------------------
+
+def random_stream(seed: int) -> bytes:
+    """Appends of producers mixing committed publishing, transactions, re-sent appends,
+    roll-backs and ACK re-writes."""
+    rnd = random.Random(seed)
+    enc = framing_for("application/x-ndjson")
+    clocks = {p: 0 for p in range(1, 5)}
+    out = []
+    for _ in range(300):
+        p = rnd.randint(1, 4)
+        kind = rnd.random()
+        if kind < 0.4:
+            batch = []
+            for _ in range(rnd.randint(1, 20)):
+                clocks[p] += 1
+                batch.append(JsonMessage(uuid=uuid_text(p, clocks[p]), n=clocks[p]))
+        elif kind < 0.7:
+            batch = []
+            for _ in range(rnd.randint(1, 5)):
+                clocks[p] += 1
+                batch.append(JsonMessage(uuid=uuid_text(p, clocks[p], Flags.CONTINUE_TXN),
+                                         n=clocks[p]))
+        elif kind < 0.9:
+            clocks[p] += rnd.choice([0, 1])
+            batch = [JsonMessage(uuid=uuid_text(p, clocks[p], Flags.ACK_TXN))]
+        else:
+            batch = [JsonMessage(n=-1)]
+        data = enc.encode(batch)
+        out.append(data)
+        if rnd.random() < 0.1:
+            out.append(data)  # re-sent
+    return b"".join(out)
+
+
+async def library(content: bytes) -> list[int]:
+    framing = framing_for("application/x-ndjson")
+
+    async def chunks(data: bytes) -> AsyncIterator[bytes]:
+        yield data
+
+    async def replay(_: str, begin: int, end: int) -> AsyncIterator[list[Any]]:
+        async for b in read_uncommitted("j/x", chunks(content[begin:end]), framing, begin):
+            yield b
+
+    return [env.begin async for batch in read_committed(
+        read_uncommitted("j/x", chunks(content), framing), Sequencer(), replay)
+        for env in batch]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_committed_reader_equals_the_library_reader(seed: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    content = random_stream(seed)
+    want = asyncio.run(library(content))
+
+    def blocks(begin: int, end: int) -> list[Block]:
+        d = decoder_for("j/x", "json")
+        return d.feed(content[begin:end], begin) + d.finish()
+
+    for block_size in (256, 4096, 1 << 20):  # blocks split anywhere between messages
+        monkeypatch.setattr(decode, "BLOCK", block_size)
+        reader = CommittedReader("j/x", lambda b, e: iter(blocks(b, e)))
+        d = decoder_for("j/x", "json")
+        fed = [b for i in range(0, len(content), 1000)
+               for b in d.feed(content[i:i + 1000], i)] + d.finish()
+        got: list[int] = []
+        for block in fed:
+            out = reader.feed(block)
+            got += out.begins.tolist() if isinstance(out, Block) else [
+                r["offset"] for r in out]
+        assert got == want, block_size
+        assert reader.slow_blocks
+
+
+def test_committed_publishing_takes_the_vectorized_path() -> None:
+    enc = framing_for("application/x-ndjson")
+    first = enc.encode([JsonMessage(uuid=uuid_text(1, c), n=c) for c in range(1, 100)])
+    resent = enc.encode([JsonMessage(uuid=uuid_text(1, c), n=c) for c in range(50, 120)])
+    content = first + resent
+    d = decoder_for("j/x", "json")
+    [block] = d.feed(content, 0) + d.finish()
+    reader = CommittedReader("j/x", lambda b, e: iter(()))
+    out = reader.feed(block)
+    assert isinstance(out, Block) and reader.fast_blocks == 1 and reader.slow_blocks == 0
+    assert out.begins.tolist() == asyncio.run(library(content))
+    assert reader.sequencer.duplicates == 50
+
+
+# -- planning ------------------------------------------------------------------------------
+
+def frag(journal: str, begin: int, end: int, store: str = "file:///s/") -> Fragment:
+    return Fragment(journal, begin, end, hashlib.sha1(b"%d" % begin).digest(),
+                    backing_store=store)
+
+
+def test_cover_sets_holes_offsets_and_partitions() -> None:
+    found = {"a/x": [(frag("a/x", 0, 100), ""), (frag("a/x", 0, 100, "file:///t/"), ""),
+                     (frag("a/x", 100, 250), ""), (frag("a/x", 50, 150), "")],
+             "a/y": [(frag("a/y", 10, 20), ""), (frag("a/y", 30, 40), "")]}
+    opts = ReadOptions.parse({"stores": "file:///s/", "failOnDataLoss": "false",
+                              "maxPartitionBytes": "1024"})
+    p = plan(found, opts)
+    assert [(x.begin, x.end) for x in p.pieces["a/x"]] == [(0, 100), (100, 250)]
+    assert [(x.begin, x.end) for x in p.pieces["a/y"]] == [(10, 20), (30, 40)]
+    with pytest.raises(DataLoss, match=r"a/y: bytes \[20, 30\)"):
+        plan(found, ReadOptions.parse({"stores": "file:///s/"}))
+    ranged = ReadOptions.parse({"stores": "file:///s/", "startingOffsets": '{"a/x": 120}',
+                                "endingOffsets": '{"a/x": 200}', "journals": "name=a/x"})
+    p2 = plan({"a/x": found["a/x"]}, ranged)
+    assert [(x.begin, x.end) for x in p2.pieces["a/x"]] == [(120, 200)]
+    with pytest.raises(DataLoss, match="before the journal's first fragment"):
+        plan({"a/y": found["a/y"]}, ReadOptions.parse(
+            {"stores": "file:///s/", "startingOffsets": '{"a/y": 0}'}))
+    assert len(slices(p, opts)) == 2  # one per journal: each under maxPartitionBytes
+
+
+def test_large_uncompressed_fragments_are_split_for_line_framings() -> None:
+    opts = ReadOptions.parse({"stores": "file:///s/", "maxPartitionBytes": "1024"})
+    big = plan({"a/x": [(frag("a/x", 0, 10_000), "")]}, opts)
+    parts = slices(big, opts)
+    assert len(parts) == 10
+    spans = [(s.pieces[0].begin, s.pieces[0].end) for s in parts]
+    assert spans[0] == (0, 1000) and spans[-1][1] == 10_000
+    assert [s.pieces[0].head_cut for s in parts] == [False] + [True] * 9
+    csv = ReadOptions.parse({"stores": "file:///s/", "maxPartitionBytes": "1024",
+                             "framing": "csv"})
+    assert len(slices(plan({"a/x": [(frag("a/x", 0, 10_000), "")]}, csv), csv)) == 1
+    rc = ReadOptions.parse({"stores": "file:///s/", "framing": "json",
+                            "readCommitted": "true", "minPartitions": "50"})
+    assert len(slices(plan({"a/x": [(frag("a/x", 0, 10_000), "")]}, rc), rc)) == 1
