@@ -12,6 +12,7 @@ checks every fragment whole).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -36,7 +37,8 @@ log = logging.getLogger("gazette_spark")
 T = TypeVar("T")
 _loop: asyncio.AbstractEventLoop | None = None
 _stores: dict[str, FragmentStore] = {}
-_NL = 10
+#: Seconds between progress lines of a slice that takes long.
+PROGRESS_INTERVAL = 10.0
 
 
 def _iterate(agen: AsyncIterator[T]) -> Iterator[T]:
@@ -57,6 +59,17 @@ def _iterate(agen: AsyncIterator[T]) -> Iterator[T]:
             loop.run_until_complete(aclose())
 
 
+def worker_logging() -> None:
+    """Spark's Python workers configure no logging: give ours a stderr handler at INFO
+    once, so each task's lines reach the executor's log (the console in local mode)."""
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 def _store(url: str) -> FragmentStore:
     store = _stores.get(url)
     if store is None:
@@ -75,12 +88,13 @@ async def _whole(piece: Piece) -> AsyncIterator[bytes]:
         else:
             url = await store.sign(f, timedelta(hours=1))
     pos = piece.begin
-    async for chunk in fetch_fragment(url, f, piece.begin):
-        if pos + len(chunk) >= piece.end:
-            yield chunk[:piece.end - pos]
-            return
-        pos += len(chunk)
-        yield chunk
+    async with contextlib.aclosing(fetch_fragment(url, f, piece.begin)) as chunks:
+        async for chunk in chunks:
+            if pos + len(chunk) >= piece.end:
+                yield chunk[:piece.end - pos]
+                return
+            pos += len(chunk)
+            yield chunk
 
 
 async def _split_part(piece: Piece) -> AsyncIterator[tuple[int, bytes]]:
@@ -92,27 +106,31 @@ async def _split_part(piece: Piece) -> AsyncIterator[tuple[int, bytes]]:
     read_from = piece.begin - 1 if piece.head_cut else piece.begin
     pos = read_from
     skipping = piece.head_cut
-    async for chunk in store.get(f, read_from - f.begin, f.end - f.begin):
-        start = 0
-        if skipping:
-            nl = chunk.find(b"\n")
-            if nl < 0:
-                pos += len(chunk)
-                continue
-            start, skipping = nl + 1, False
-        stop = len(chunk)
-        last = piece.end - 1  # the line running over `end` ends at its newline
-        if piece.tail_cut and pos + stop > last:
-            nl = chunk.find(b"\n", max(start, last - pos))
-            if nl >= 0:
-                yield pos + start, chunk[start:nl + 1]
+    raw = store.get(f, read_from - f.begin, f.end - f.begin)
+    async with contextlib.aclosing(raw):  # type: ignore[type-var]
+        async for chunk in raw:
+            start = 0
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    pos += len(chunk)
+                    continue
+                start, skipping = nl + 1, False
+                if pos + start >= piece.end:
+                    return  # the line running over `begin` also runs over `end`: none is ours
+            stop = len(chunk)
+            last = piece.end - 1  # the line running over `end` ends at its newline
+            if piece.tail_cut and pos + stop > last:
+                nl = chunk.find(b"\n", max(start, last - pos))
+                if nl >= 0:
+                    yield pos + start, chunk[start:nl + 1]
+                    return
+            elif not piece.tail_cut and pos + stop >= piece.end:
+                yield pos + start, chunk[start:piece.end - pos]
                 return
-        elif not piece.tail_cut and pos + stop >= piece.end:
-            yield pos + start, chunk[start:piece.end - pos]
-            return
-        if start < stop:
-            yield pos + start, chunk[start:stop]
-        pos += len(chunk)
+            if start < stop:
+                yield pos + start, chunk[start:stop]
+            pos += len(chunk)
 
 
 def piece_content(piece: Piece) -> Iterator[tuple[int, bytes]]:
@@ -140,6 +158,7 @@ class SliceReader:
         data = schema.field("data").type if "data" in schema.names else None
         self._data_type = data
         self.rows = self.bytes = self.fragments = 0
+        self._started = self._logged = time.monotonic()
 
     def decoder(self) -> Decoder:
         return decoder_for(self.journal, self.opts.framing, self.opts.message_type,
@@ -173,11 +192,22 @@ class SliceReader:
                 last_end = -1
                 continue
             self.fragments += 1
+            self._progress()
             last_end = piece.end
         yield from decoder.finish()
         if decoder.bad_frames:
             log.warning("%s: skipped %d undecodable frames", self.journal,
                         decoder.bad_frames)
+
+    def _progress(self) -> None:
+        """A line every `PROGRESS_INTERVAL` seconds while a long slice is read."""
+        now = time.monotonic()
+        if now - self._logged < PROGRESS_INTERVAL:
+            return
+        self._logged = now
+        log.info("gazette: %s: %d/%d fragments, %.1f MiB, %d rows (%.0fs)", self.journal,
+                 self.fragments, len(self.slice.pieces), self.bytes / (1 << 20), self.rows,
+                 now - self._started)
 
     def _lost(self, piece: Piece, err: BaseException) -> None:
         f = piece.fragment
@@ -189,7 +219,8 @@ class SliceReader:
         log.warning("%s; skipped (failOnDataLoss=false)", message)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        started = time.monotonic()
+        worker_logging()
+        started = self._started = self._logged = time.monotonic()
         if self.opts.read_committed:
             yield from self._committed()
         else:

@@ -61,6 +61,11 @@ both (skaffold's form), and a trailing "@" (skaffold without a digest) is droppe
 {{- printf "http://%s.%s.svc:%d" (include "gazette.etcd.fullname" .) .Release.Namespace (int .Values.etcd.clientPort) -}}
 {{- end -}}
 
+{{/* The brokers' gRPC address (host:port of their Service): any broker serves any journal. */}}
+{{- define "gazette.broker.address" -}}
+{{- printf "%s-broker.%s.svc:%d" (include "gazette.fullname" .) .Release.Namespace (int .Values.broker.grpcPort) -}}
+{{- end -}}
+
 {{- define "gazette.minio.fullname" -}}
 {{- printf "%s-minio" (include "gazette.fullname" .) -}}
 {{- end -}}
@@ -90,6 +95,21 @@ both (skaffold's form), and a trailing "@" (skaffold without a digest) is droppe
 {{- else if .Values.minio.enabled -}}
 {{- include "gazette.minio.fullname" . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The S3 settings of the stores as a container's env entries: the region and, when
+there is a secret (gazette.s3.secret), the credentials from it. Brokers and Spark jobs
+(their drivers and executors) read the same stores with the same credentials; without a
+secret, each pod uses its ambient credentials (IRSA, instance profile). */}}
+{{- define "gazette.s3.env" -}}
+{{- $s3secret := include "gazette.s3.secret" . -}}
+- {name: AWS_DEFAULT_REGION, value: {{ .Values.broker.s3.region | quote }}}
+{{- if $s3secret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ $s3secret }}, key: AWS_ACCESS_KEY_ID}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ $s3secret }}, key: AWS_SECRET_ACCESS_KEY}}
+{{- end }}
 {{- end -}}
 
 {{/* A restricted container security context: non-root, no privilege, read-only root. */}}

@@ -260,3 +260,40 @@ def test_large_uncompressed_fragments_are_split_for_line_framings() -> None:
     rc = ReadOptions.parse({"stores": "file:///s/", "framing": "json",
                             "readCommitted": "true", "minPartitions": "50"})
     assert len(slices(plan({"a/x": [(frag("a/x", 0, 10_000), "")]}, rc), rc)) == 1
+
+
+# -- split parts ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", [1, 3, 10, 64, 1000])
+def test_split_parts_own_each_line_once(target: int, tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from gazette.fragment.store import FileStore
+    from gazette_spark.read import SliceReader
+
+    lines = [b"x" * n for n in (0, 1, 2, 30, 0, 5, 100, 1, 0, 7)]
+    content = b"".join(line + b"\n" for line in lines) + b"tail"
+    f = Fragment("a/x", 1000, 1000 + len(content), hashlib.sha1(content).digest(),
+                 backing_store=Path(tmp_path).as_uri() + "/")
+    asyncio.run(FileStore("file:///", Path(tmp_path)).put(f, content))
+    opts = ReadOptions.parse({"stores": f.backing_store, "maxPartitionBytes": "1024"})
+    the_plan = plan({"a/x": [(f, "")]}, opts)
+    import pyarrow as pa
+
+    schema = pa.schema([("journal", pa.string()), ("offset", pa.int64()),
+                        ("value", pa.string())])
+    from dataclasses import replace as dc_replace
+
+    from gazette_spark import plan as planning
+    parts = planning._split(the_plan.pieces["a/x"][0], target)
+    got = []
+    for part in parts:
+        reader = SliceReader(planning.Slice("a/x", (part,)), dc_replace(opts), schema)
+        for batch in reader.batches():
+            got += list(zip(batch.column("offset").to_pylist(),
+                            batch.column("value").to_pylist(), strict=True))
+    want, offset = [], 1000
+    for line in [*lines, b"tail"]:
+        want.append((offset, line.decode()))
+        offset += len(line) + 1
+    assert got == want
