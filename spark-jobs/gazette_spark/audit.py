@@ -63,6 +63,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     opts = cli.check(cli.source_options(args))
     found = asyncio.run(discover(opts))
+    cli.warn_if_empty(len(found), opts)
     items = [item for journal in sorted(found) for item in found[journal]]
     total = sum(f.size for f, _ in items)
     log.info("audit: %d journals, %d fragments, %.1f MiB", len(found), len(items),

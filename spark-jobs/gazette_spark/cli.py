@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from gazette.errors import GazetteError
 from gazette_spark.options import ReadOptions
@@ -50,8 +50,7 @@ def source_options(args: argparse.Namespace, **extra: str) -> dict[str, str]:
     broker = args.broker or ("" if args.stores else os.environ.get(
         "GAZETTE_BROKER_ADDRESS", ""))
     if not broker and not args.stores:
-        raise SystemExit("give --broker ADDRESS or --stores URLS (or set "
-                         "GAZETTE_BROKER_ADDRESS)")
+        usage_error("give --broker ADDRESS or --stores URLS (or set GAZETTE_BROKER_ADDRESS)")
     opts = {"journals": args.journals, **extra}
     opts["broker" if broker else "stores"] = broker or args.stores
     return opts
@@ -62,12 +61,26 @@ def check(opts: dict[str, str], streaming: bool = False) -> ReadOptions:
     try:
         return ReadOptions.parse(opts, streaming=streaming)
     except GazetteError as err:
-        raise SystemExit(f"error: {err}") from None
+        usage_error(str(err))
+
+
+def usage_error(message: str) -> NoReturn:
+    """Exit 2 with one line, as argparse does for bad arguments."""
+    sys.stderr.write(f"error: {message}\n")
+    raise SystemExit(2)
+
+
+def warn_if_empty(journals: int, opts: ReadOptions) -> None:
+    if not journals:
+        where = opts.broker or ", ".join(opts.stores)
+        log.warning("no journal matches --journals %r in %s: nothing to read",
+                    opts.selector.format(), where)
 
 
 def describe(opts: ReadOptions) -> Plan:
     """Plan the read on the driver, to log what it covers (the source plans again)."""
     the_plan = plan(asyncio.run(discover(opts)), opts)
+    warn_if_empty(len(the_plan.pieces), opts)
     log.info("plan: %d journals, %d fragments, %.1f MiB, %d partitions",
              len(the_plan.pieces), the_plan.fragments, the_plan.size / (1 << 20),
              len(slices(the_plan, opts)))
@@ -86,7 +99,7 @@ def session(args: argparse.Namespace, app: str) -> Any:
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: --conf {item!r} is not KEY=VALUE")
+            usage_error(f"--conf {item!r} is not KEY=VALUE")
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
