@@ -15,11 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from gazette.message import Envelope, ReplayRequired, Sequencer
 from gazette_spark.decode import Block
-from gazette_spark.uuids import UuidColumns
 
 #: Ring of the Sequencer: messages of open transactions held before a commit must
 #: replay them.
@@ -38,16 +36,16 @@ class CommittedReader:
         self.sequencer = Sequencer(buffer=RING)
         self.fast_blocks = self.slow_blocks = 0
 
-    def feed(self, block: Block) -> Block | list[dict[str, Any]]:
-        """The committed part of `block`: a (filtered) block, or rows the Sequencer
-        released (which may hold messages of earlier blocks)."""
+    def feed(self, block: Block) -> np.ndarray | list[dict[str, Any]]:
+        """The committed part of `block`: which of its rows are (a mask), or rows the
+        Sequencer released (which may hold messages of earlier blocks)."""
         uu = block.uuids
         if uu is None:
-            return block
+            return np.ones(len(block), dtype=bool)
         keep = self._settle(block)
         if keep is not None:
             self.fast_blocks += 1
-            return block if keep.all() else _take(block, keep)
+            return keep
         self.slow_blocks += 1
         seq = self.sequencer
         for env in _envelopes(self.journal, block):
@@ -108,14 +106,3 @@ def _envelopes(journal: str, block: Block) -> Iterator[Envelope]:
         row = {"offset": begins[i], "value": value, "uuid": text or None,
                "data": data[i] if data is not None else None}
         yield Envelope(journal, begins[i], ends[i], row, uuid)
-
-
-def _take(block: Block, keep: np.ndarray) -> Block:
-    mask = pa.array(keep)
-    uu = block.uuids
-    assert uu is not None
-    return Block(block.begins[keep], block.ends[keep], block.values.filter(mask),
-                 block.uuid_text.filter(mask) if block.uuid_text is not None else None,
-                 UuidColumns(uu.has[keep], uu.producer[keep], uu.clock[keep],
-                             uu.flags[keep]),
-                 block.data.filter(mask) if block.data is not None else None)

@@ -240,10 +240,12 @@ class SliceReader:
         reader = CommittedReader(self.journal, replay)
         for block in self.blocks(self.slice.pieces):
             out = reader.feed(block)
-            if isinstance(out, Block):
-                if len(out):
-                    self.rows += len(out)
-                    yield self.to_batch(out)
+            if isinstance(out, np.ndarray):
+                kept = int(out.sum())
+                if kept:
+                    self.rows += kept
+                    batch = self.to_batch(block)
+                    yield batch if kept == len(block) else batch.filter(pa.array(out))
             elif out:
                 self.rows += len(out)
                 yield self.rows_to_batch(out)
@@ -264,12 +266,10 @@ class SliceReader:
             elif uu is None:
                 cols.append(pa.nulls(n, self.schema.field(name).type))
             elif name == "uuid":
-                cols.append(pc.if_else(pa.array(uu.has), block.uuid_text,
-                                       pa.scalar(None, pa.string())))
+                cols.append(_where(uu.has, block.uuid_text))
             elif name == "producer":
-                cols.append(pc.if_else(pa.array(uu.has), pc.utf8_lower(
-                    pc.utf8_slice_codeunits(block.uuid_text, 24, 36)),
-                    pa.scalar(None, pa.string())))
+                cols.append(_where(uu.has, pc.utf8_lower(
+                    pc.utf8_slice_codeunits(block.uuid_text, 24, 36))))
             elif name == "clock":
                 cols.append(pa.array(uu.clock.astype(np.int64), mask=~uu.has))
             elif name == "flags":
@@ -288,3 +288,10 @@ class SliceReader:
                       pa.array([r["data"] for r in rows], self._data_type)
                       if self._data_type is not None else None)
         return self.to_batch(block)
+
+
+def _where(has: np.ndarray, texts: pa.Array) -> pa.Array:
+    """`texts` where `has`, else null (as is, when every row has one)."""
+    if has.all():
+        return texts
+    return pc.if_else(pa.array(has), texts, pa.scalar(None, pa.string()))

@@ -4,9 +4,9 @@ no transparent decompression, the fragment's codec decodes it).
 
 Nothing is served before it is known good: the stored file is decoded and its content's
 SHA-1 and length checked against the fragment (`FragmentDecoder`) before any of it is
-yielded, so a corrupt fragment raises `CorruptFragment` having yielded nothing. A local
-file is read twice (verified, then served from the same open file: fragment files are
-immutable, and page-cache reads cost far less than holding the content); content
+yielded, so a corrupt fragment raises `CorruptFragment` having yielded nothing. A large
+local file is read twice (verified, then served from the same open file: fragment files
+are immutable, and page-cache reads cost far less than holding the content); content
 fetched over HTTP is held aside while it verifies, in memory up to `MEMORY_LIMIT` and in
 an anonymous temp file beyond. Reads and decoding run in worker threads, a block at a
 time, so the event loop never stalls on a large fragment.
@@ -66,6 +66,16 @@ async def _file_content(path: str, fragment: Fragment, start: int
                         ) -> AsyncGenerator[bytes, None]:
     fh = await _open(path)
     try:
+        if fragment.codec is not CompressionCodec.NONE and fragment.size <= MEMORY_LIMIT:
+            # Small enough to hold: decompress once, verify, then serve what was held.
+            content = await asyncio.to_thread(_decode_whole, fh, fragment)
+            skip = start - fragment.begin
+            if skip == 0 and len(content) <= BLOCK:
+                yield content
+                return
+            for i in range(skip, len(content), BLOCK):
+                yield content[i:i + BLOCK]
+            return
         decoder = FragmentDecoder(fragment)
         while await asyncio.to_thread(_verify_block, fh, decoder):
             pass
@@ -95,6 +105,16 @@ async def _file_content(path: str, fragment: Fragment, start: int
                 return
     finally:
         await asyncio.to_thread(fh.close)
+
+
+def _decode_whole(fh: IO[bytes], fragment: Fragment) -> bytes:
+    """The verified content of a (compressed) fragment file, decoded once."""
+    decoder = FragmentDecoder(fragment)
+    out = bytearray()
+    while raw := fh.read(VERIFY_BLOCK):
+        out += decoder.feed(raw)
+    out += decoder.finish()  # raises CorruptFragment
+    return bytes(out)
 
 
 def _verify_block(fh: IO[bytes], decoder: FragmentDecoder) -> bool:
