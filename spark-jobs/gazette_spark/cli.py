@@ -110,6 +110,7 @@ def session(args: argparse.Namespace, app: str) -> Any:
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per closed connection
 
 
 @contextmanager

@@ -118,6 +118,10 @@ async def _from_broker(opts: ReadOptions) -> dict[str, list[tuple[Fragment, str]
                 signature_ttl=timedelta(seconds=opts.signature_ttl))
             out[name] = [(i.fragment, i.signed_url) for i in infos
                          if i.fragment.backing_store]
+            waiting = sum(i.fragment.size for i in infos if not i.fragment.backing_store)
+            if waiting:
+                log.info("%s: %d bytes are not persisted yet and are not read (a fragment "
+                         "is read once its broker persists it to a store)", name, waiting)
     return out
 
 

@@ -300,9 +300,11 @@ async def test_read_committed_equals_the_message_library_reader(
     assert 300 < len(want) < 400  # duplicates, roll-backs and ACKs are gone
     df = spark.read.format("gazette").options(
         stores=store_url(broker_server), journals="name=spark/events", framing="json",
-        readCommitted="true")
-    got = await run(lambda: [(r["offset"], r["value"]) for r in df.load().collect()])
-    assert [(o, json.loads(v)) for o, v in got] == [(o, json.loads(v)) for o, v in want]
+        readCommitted="true", schema="n bigint")
+    got = await run(lambda: [(r["offset"], r["value"], r["data"]["n"])
+                             for r in df.load().collect()])
+    assert [(o, json.loads(v)) for o, v, _ in got] == [(o, json.loads(v)) for o, v in want]
+    assert [n for _, _, n in got] == [json.loads(v).get("n") for _, v in want]
     everything = await run(lambda: df.option("readCommitted", "false").load().count())
     assert everything == sum(len(p.splitlines()) for p in parts)
 
