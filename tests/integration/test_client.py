@@ -23,8 +23,8 @@ from typing import Any
 import grpc
 import pytest
 
+import gazette.client.appends as appends_module
 import gazette.client.fetch as fetch
-import gazette.client.journal as journal_module
 from gazette.client import (
     AppendQueue,
     AppendResult,
@@ -318,13 +318,13 @@ async def test_a_lost_commit_answer_with_an_offset_is_resolved(
     await until(lambda: head(broker, "test/a") == 15)
     relay.cut()
     summed_on: list[threading.Thread] = []
-    sum_into = journal_module._sum_into
+    sum_into = appends_module._sum_into
 
     def watched(sha1: Any, parts: Any) -> None:
         summed_on.append(threading.current_thread())
         sum_into(sha1, parts)
 
-    monkeypatch.setattr(journal_module, "_sum_into", watched)
+    monkeypatch.setattr(appends_module, "_sum_into", watched)
     result = await append
     assert (result.commit.begin, result.commit.end) == (10, 15)
     assert result.commit.sha1 == hashlib.sha1(b"mine\n").digest()

@@ -3,19 +3,14 @@ reads that resume after failures, direct reads of persisted fragments, listings,
 and spec changes against a broker, and the `AppendQueue` that the message library's
 Publisher appends through. See docs/client.md."""
 
+from gazette.client.appends import AppendContent
 from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
 from gazette.client.fetch import FetchError, fetch_fragment
-from gazette.client.journal import (
-    AppendContent,
-    Applied,
-    FragmentInfo,
-    JournalClient,
-    ListedJournal,
-    Listing,
-)
+from gazette.client.journal import JournalClient
 from gazette.client.queue import AppendQueue, QueueClosed
 from gazette.client.results import AppendResult, ReadChunk
 from gazette.client.retry import RetryPolicy
+from gazette.client.specs import Applied, FragmentInfo, ListedJournal, Listing
 from gazette.client.wire import parse_address
 from gazette.protocol import Route
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gazette import names
 from gazette.client import parse_address
-from gazette.client.journal import MAX_INT64  # offsets, times and sizes are int64
+from gazette.client.connection import MAX_INT64  # offsets, times and sizes are int64
 from gazette.errors import GazetteError, ValidationError, short_repr
 from gazette.labels import Selector
 from gazette.protocol.durations import parse_duration

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gazette.client import JournalClient
-from gazette.client.journal import MAX_INT64, _check_offset
+from gazette.client.connection import MAX_INT64, _check_offset
 from gazette.errors import ValidationError
 
 

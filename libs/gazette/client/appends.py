@@ -1,0 +1,298 @@
+"""Appends of a `JournalClient`: retried only where that cannot append twice, resolved
+when an answer is lost (see `gazette.client.journal` for the rules), and routed to a
+journal's primary with ``route_appends``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from typing import Any
+
+import grpc
+
+from gazette import names
+from gazette.client.connection import (
+    _Appender,
+    _check_offset,
+    _not_str,
+)
+from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
+from gazette.client.metrics import APPEND_BYTES, APPENDS
+from gazette.client.reads import Reads
+from gazette.client.results import AppendResult
+from gazette.client.retry import (
+    RETRYABLE,
+    RETRYABLE_STATUSES,
+    rpc_error,
+)
+from gazette.client.wire import (
+    Content,
+    Packer,
+    WholeAppend,
+    pack,
+    parse_address,
+)
+from gazette.errors import ValidationError
+from gazette.fragment import Fragment, fragment_from_pb
+from gazette.labels import LabelSet, Selector
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import (
+    labels_from_pb,
+    labels_to_pb,
+    selector_to_pb,
+)
+
+log = logging.getLogger(__name__)
+
+#: What `append` takes: bytes-like content, or chunks of it (a sync iterable is
+#: collected first so the append can be sent again; an async one is streamed once).
+AppendContent = bytes | bytearray | memoryview | Iterable[bytes] | AsyncIterable[bytes]
+
+_COMMIT = pb.AppendRequest()  # an empty content message commits the append
+
+
+class _AttemptFailed(Exception):
+    """One Append attempt failed in transport; `committing`: its commit had been sent."""
+
+    def __init__(self, err: grpc.aio.AioRpcError, committing: bool) -> None:
+        super().__init__(str(err))
+        self.err, self.committing = err, committing
+
+
+class Appends(Reads):
+    """`append`, and what it takes to retry and resolve one (resolving reads back what
+    was written, hence `Reads`)."""
+
+    async def append(self, journal: str, content: AppendContent, *,
+                     offset: int | None = None, check_registers: Selector | None = None,
+                     union_registers: LabelSet | None = None,
+                     subtract_registers: LabelSet | None = None) -> AppendResult:
+        """Append `content` to `journal` atomically (never interleaved with another
+        append). With `offset`, only if the journal's write head is there (and then a
+        lost answer is resolved, see the module docs; 0 checks nothing: the protocol
+        cannot express "expect an empty journal"). With `check_registers`, only if the
+        journal's registers match; `union_registers`/`subtract_registers` change them
+        when it commits.
+
+        Raises `BrokerError` when refused (nothing written), `AppendUncertain` when the
+        outcome is unknown, `Unavailable` when the broker cannot be reached (nothing
+        written). Buffers passed in must not change until this returns."""
+        names.validate_journal_name(journal, "journal")
+        backoff = self._backoff("append", journal)
+        expect = 0 if offset is None else _check_offset(offset, "offset", 0)
+        first = pb.AppendRequest(journal=journal, offset=expect)
+        if check_registers is not None:
+            if not isinstance(check_registers, Selector):
+                raise ValidationError("check_registers", "expected a Selector")
+            first.check_registers.CopyFrom(selector_to_pb(check_registers))
+        if union_registers:
+            first.union_registers.CopyFrom(labels_to_pb(union_registers))
+        if subtract_registers:
+            first.subtract_registers.CopyFrom(labels_to_pb(subtract_registers))
+        if isinstance(content, AsyncIterable):
+            return await self._append_streamed(journal, first, content)
+        _not_str(content)
+        if isinstance(content, bytes | bytearray | memoryview):
+            messages, size = pack([content])
+        else:
+            messages, size = pack(content)
+
+        uncertain = False
+        while True:
+            appender = self._appender(journal)
+            try:
+                resp = await self._attempt(first, messages, appender)
+            except _AttemptFailed as failed:
+                if appender is not self._broker:  # back to our own address
+                    self._primaries.pop(journal, None)
+                # Only a transport failure leaves a sent commit in doubt: other codes are
+                # the broker's own refusals, made before anything was written.
+                uncertain = uncertain or (failed.committing and failed.err.code() in RETRYABLE)
+                if uncertain and not expect:
+                    raise AppendUncertain(
+                        journal, f"the answer to its commit was lost "
+                        f"({failed.err.code().name}: {failed.err.details()})") from failed.err
+                try:
+                    await backoff.wait(failed.err)
+                except (Unavailable, BrokerError) as exc:
+                    if uncertain:
+                        raise AppendUncertain(journal, f"its commit was sent but resolving "
+                                              f"it failed: {exc}", expect) from exc
+                    raise
+                continue
+            self._learn(journal, resp.header)
+            if pb.Status.Name(resp.status) in RETRYABLE_STATUSES:
+                await backoff.wait_status(pb.Status.Name(resp.status))
+                continue
+            if resp.status == pb.WRONG_APPEND_OFFSET and uncertain:
+                try:
+                    return await self._resolve(journal, expect, messages, size)
+                except Unavailable as exc:
+                    raise AppendUncertain(journal, f"its commit was sent but reading it "
+                                          f"back failed: {exc}", expect) from exc
+            return self._result(journal, resp)
+
+    def _appender(self, journal: str) -> _Appender:
+        """Where an append of `journal` goes: its primary, if known and routing."""
+        target = self._primaries.get(journal)
+        if target is None:
+            return self._broker
+        appender = self._appenders.get(target)
+        if appender is None:
+            channel = grpc.aio.insecure_channel(target, options=self._options)
+            appender = self._appenders[target] = _Appender(channel)
+        return appender
+
+    def _learn(self, journal: str, header: pb.Header) -> None:
+        """Remember the primary a response's route names (with `route_appends`)."""
+        route = header.route
+        if not self.route_appends or not 0 <= route.primary < len(route.endpoints):
+            return
+        try:
+            target = parse_address(route.endpoints[route.primary])
+        except ValidationError:
+            return
+        if target == self.address:
+            self._primaries.pop(journal, None)
+        else:
+            self._primaries[journal] = target
+
+    async def _attempt(self, first: pb.AppendRequest, messages: Sequence[Content],
+                       appender: _Appender | None = None) -> pb.AppendResponse:
+        """One append RPC; `_AttemptFailed` on a transport failure.
+
+        Content that fits one message goes in one AppendWhole call while the channel is
+        connected (a unary call costs a third of an Append stream). A whole append has
+        no commit message sent apart, so any transport failure leaves it in doubt; while
+        the channel is not connected, appends take the stream, whose failures before
+        the commit are safely sent again."""
+        appender = appender or self._broker
+        if (len(messages) == 1 and self._whole_appends and appender.channel.get_state()
+                is grpc.ChannelConnectivity.READY):
+            try:
+                return await appender.whole(WholeAppend(first, messages[0]))
+            except grpc.aio.AioRpcError as err:
+                if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise _AttemptFailed(err, committing=True) from err
+                self._whole_appends = False  # an older broker: nothing was appended
+                log.info("broker %s does not serve AppendWhole: appending by stream",
+                         self.address)
+
+        async def send() -> AsyncIterator[Content]:
+            for msg in messages:
+                yield msg
+
+        return await self._send(first, send(), appender)
+
+    async def _send(self, first: pb.AppendRequest, messages: AsyncIterator[Content],
+                    appender: _Appender | None = None) -> pb.AppendResponse:
+        """Write an Append stream and commit it; the broker's answer, or `_AttemptFailed`
+        (with whether the commit had been handed to gRPC) when the transport failed.
+
+        A broker refusing an append answers at once, without reading its content, so a
+        write may fail because the call already ended; gRPC then reports INTERNAL from
+        the write, while the call itself holds the broker's real answer. So a failed
+        write is never the outcome: the call is (boundedly) awaited for it."""
+        call = (appender or self._broker).stream(None)
+        committing = False
+        write_error: grpc.aio.AioRpcError | None = None
+        try:
+            try:
+                await call.write(first)
+                async for msg in messages:
+                    await call.write(msg)
+                committing = True
+                await call.write(_COMMIT)
+                await call.done_writing()
+            except asyncio.InvalidStateError:
+                pass  # the call ended before we were done: read its outcome below
+            except grpc.aio.AioRpcError as err:
+                write_error = err
+                log.debug("append to %s: a write failed (%s); awaiting the call's outcome",
+                          first.journal, err.code().name)
+            if write_error is None:
+                return await call
+            try:
+                async with asyncio.timeout(self.timeout):
+                    return await call
+            except TimeoutError:
+                raise _AttemptFailed(write_error, committing) from write_error
+        except grpc.aio.AioRpcError as err:
+            raise _AttemptFailed(err, committing) from err
+        except BaseException:
+            call.cancel()
+            raise
+
+    async def _append_streamed(self, journal: str, first: pb.AppendRequest,
+                               content: AsyncIterable[bytes]) -> AppendResult:
+        """An append of streamed content: sent once (it cannot be replayed), in large
+        messages as it arrives."""
+        packer = Packer()
+
+        async def send() -> AsyncIterator[Content]:
+            async for chunk in content:
+                for msg in packer.add(chunk):
+                    yield msg
+            for msg in packer.finish():
+                yield msg
+
+        try:
+            resp = await self._send(first, send())
+            self._learn(journal, resp.header)
+        except _AttemptFailed as failed:
+            err = failed.err
+            if failed.committing and err.code() in RETRYABLE:
+                raise AppendUncertain(journal, f"the answer to its commit was lost "
+                                      f"({err.code().name}: {err.details()}); streamed "
+                                      f"content cannot be sent again") from err
+            if err.code() not in RETRYABLE:
+                raise rpc_error(err, journal) from err
+            raise Unavailable("append", self.address, err.code().name,
+                              f"{err.details()} (nothing was written; streamed content "
+                              "cannot be sent again)", journal) from err
+        return self._result(journal, resp)
+
+    def _result(self, journal: str, resp: pb.AppendResponse) -> AppendResult:
+        if resp.status != pb.OK:
+            raise BrokerError(pb.Status.Name(resp.status), journal,
+                              f"{resp.detail}; nothing was appended" if resp.detail
+                              else "nothing was appended")
+        commit = fragment_from_pb(resp.commit, "commit")
+        APPENDS.inc()
+        APPEND_BYTES.inc(commit.size)
+        return AppendResult(commit, labels_from_pb(resp.registers, "registers"))
+
+    async def _resolve(self, journal: str, offset: int, messages: list[Content],
+                       size: int) -> AppendResult:
+        """An uncertain append expected at `offset` met WRONG_APPEND_OFFSET when sent
+        again: are the bytes at [offset, offset + size) ours?"""
+        # SHA-1s of up to the whole append (256 MiB): summed off the loop.
+        ours = hashlib.sha1()
+        await asyncio.to_thread(_sum_into, ours, [p for msg in messages for p in msg.parts])
+        theirs, got = hashlib.sha1(), 0
+        async with contextlib.aclosing(self.read(journal, offset,
+                                                 end_offset=offset + size)) as chunks:
+            async for chunk in chunks:
+                if chunk.offset != offset + got:
+                    break  # a hole: not what we wrote
+                await asyncio.to_thread(_sum_into, theirs, [chunk.content])
+                got += len(chunk.content)
+        if got != size or theirs.digest() != ours.digest():
+            raise BrokerError("WRONG_APPEND_OFFSET", journal,
+                              f"an uncertain append expected at offset {offset} did not "
+                              f"commit: other content was written there first")
+        log.info("uncertain append to %s at %d resolved: it had committed", journal, offset)
+        commit = Fragment(journal, offset, offset + size, ours.digest())
+        APPENDS.inc()
+        APPEND_BYTES.inc(size)
+        # The journal's registers after that append are not known any more.
+        return AppendResult(commit, LabelSet())
+
+
+def _sum_into(sha1: Any, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    """Add `parts` to `sha1` (blocking: for a worker thread)."""
+    for part in parts:
+        sha1.update(part)
