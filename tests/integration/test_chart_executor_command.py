@@ -26,7 +26,8 @@ def test_the_executor_command_starts_sparks_executor_backend(helm: Helm,
     pyspark = importlib.util.find_spec("pyspark")
     java = shutil.which("java")
     if pyspark is None or pyspark.origin is None or java is None:
-        pytest.skip("needs pyspark (the dev extra) and a Java runtime")
+        pytest.fail("needs pyspark (the dev extra: make test installs it) and a Java runtime "
+                    "(openjdk-17-jre-headless; scripts/ensure-system-deps.sh)", pytrace=False)
     jars = Path(pyspark.origin).parent / "jars"
     [k8s_jar] = jars.glob("spark-kubernetes_*.jar")
     assert ("org/apache/spark/scheduler/cluster/k8s/KubernetesExecutorBackend.class"
