@@ -25,6 +25,7 @@ from typing import TypeAlias
 from gazette import names
 from gazette.errors import GazetteError, ValidationError
 from gazette.fragment.fragment import Fragment
+from gazette.fragment.index import from_listing
 
 #: Size of the chunks `get` streams (at most; a network store may yield smaller ones).
 CHUNK_SIZE = 1 << 20
@@ -109,7 +110,6 @@ class FragmentStore(abc.ABC):
     #: journal specs name it; listed fragments carry it as their `backing_store`.
     url: str
 
-    @abc.abstractmethod
     async def list(self, journal: str) -> list[Fragment]:
         """The fragments of `journal` in this store, with their `mod_time` and
         `backing_store` (= `url`), in no particular order.
@@ -118,12 +118,21 @@ class FragmentStore(abc.ABC):
         folders (``<journal>/date=.../<name>``) are found; fragments of other journals
         whose names extend this one (``<journal>/child/...``) are left out, and objects
         that are not fragments are logged and skipped."""
+        found = await self.list_paths(check_journal(journal) + "/")
+        return [f for f in from_listing(found, self.url) if f.journal == journal]
 
-    @abc.abstractmethod
     async def list_under(self, prefix: str = "") -> builtins.list[Fragment]:
         """The fragments of every journal whose name starts with `prefix` (all with
         ""), as `list` gives them, in no particular order: for readers that find
         journals in a store without a broker (the Spark source)."""
+        found = await self.list_paths(check_prefix(prefix))
+        return [f for f in from_listing(found, self.url) if f.path.startswith(prefix)]
+
+    @abc.abstractmethod
+    async def list_paths(self, prefix: str) -> builtins.list[tuple[str, int]]:
+        """(path within the store, mod time in Unix seconds) of every object whose path
+        starts with `prefix` (checked by the caller); `StoreError` (op ``list``) if the
+        store cannot be listed."""
 
     @abc.abstractmethod
     def get(self, fragment: Fragment, begin: int = 0,

@@ -16,7 +16,6 @@ leaves its (possibly empty) folders in place.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import errno
 import os
@@ -28,7 +27,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from gazette.fragment.fragment import Fragment
-from gazette.fragment.index import from_listing
 from gazette.fragment.store.base import (
     CHUNK_SIZE,
     FragmentNotFound,
@@ -36,8 +34,6 @@ from gazette.fragment.store.base import (
     Payload,
     PutData,
     StoreError,
-    check_journal,
-    check_prefix,
     check_range,
     not_a_store,
     object_path,
@@ -74,16 +70,7 @@ class FileStore(FragmentStore):
         cls = FragmentNotFound if isinstance(exc, FileNotFoundError) else StoreError
         return cls(self.url, op, obj, f"{type(exc).__name__}: {exc}")
 
-    async def list(self, journal: str) -> list[Fragment]:
-        found = await self._walk(check_journal(journal) + "/")
-        return [f for f in from_listing(found, self.url) if f.journal == journal]
-
-    async def list_under(self, prefix: str = "") -> builtins.list[Fragment]:
-        found = await self._walk(check_prefix(prefix))
-        return [f for f in from_listing(found, self.url) if f.path.startswith(prefix)]
-
-    async def _walk(self, prefix: str) -> builtins.list[tuple[str, int]]:
-        """(path, mtime) of the files whose path starts with `prefix`."""
+    async def list_paths(self, prefix: str) -> list[tuple[str, int]]:
         folder = self.root / prefix.rpartition("/")[0]
         try:
             found = await asyncio.to_thread(_walk, self.root, folder)

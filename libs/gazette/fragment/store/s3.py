@@ -53,7 +53,6 @@ client sends ``Accept-Encoding: identity`` and never decompresses).
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import functools
 import logging
@@ -75,7 +74,6 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gazette.fragment.fragment import Fragment
-from gazette.fragment.index import from_listing
 from gazette.fragment.store.base import (
     CHUNK_SIZE,
     FragmentNotFound,
@@ -83,8 +81,6 @@ from gazette.fragment.store.base import (
     Payload,
     PutData,
     StoreError,
-    check_journal,
-    check_prefix,
     check_range,
     not_a_store,
     object_path,
@@ -417,17 +413,8 @@ class S3Store(FragmentStore):
 
     # -- operations --------------------------------------------------------------------
 
-    async def list(self, journal: str) -> list[Fragment]:
-        found = await self._list_keys(check_journal(journal) + "/")
-        return [f for f in from_listing(found, self.url) if f.journal == journal]
-
-    async def list_under(self, prefix: str = "") -> builtins.list[Fragment]:
-        found = await self._list_keys(check_prefix(prefix))
-        return [f for f in from_listing(found, self.url) if f.path.startswith(prefix)]
-
-    async def _list_keys(self, prefix: str) -> builtins.list[tuple[str, int]]:
-        """(key below the store's prefix, mod time) of the objects under `prefix`."""
-        found: builtins.list[tuple[str, int]] = []
+    async def list_paths(self, prefix: str) -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
         try:
             async with asyncio.timeout(self.op_timeout):
                 s3 = await self.client()
