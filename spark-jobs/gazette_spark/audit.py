@@ -24,14 +24,13 @@ from typing import Any
 from gazette.fragment import Fragment
 from gazette_spark import cli
 from gazette_spark.plan import Piece, discover
+from gazette_spark.read import DATA_LOSS_ERRORS, piece_content
 
 log = logging.getLogger("gazette_spark")
 
 
 def check_fragment(item: tuple[Fragment, str]) -> tuple[str, str, str]:
     """(journal, where, "" or why it is bad): the fragment read whole and verified."""
-    from gazette_spark.read import DATA_LOSS_ERRORS, piece_content
-
     fragment, url = item
     where = f"{fragment.backing_store}{fragment.path}"
     try:

@@ -215,10 +215,6 @@ class JsonDecoder(Decoder):
         self._read = pa_json.ReadOptions(use_threads=False, block_size=BLOCK + (1 << 20))
         self._slow = FramingDecoder(journal, "application/x-ndjson")
 
-    @property
-    def slow_frames(self) -> int:
-        return self._slow.bad_frames
-
     def decode(self, data: bytes, base: int, final: bool) -> tuple[list[Block], int]:
         arr = np.frombuffer(data, dtype=np.uint8)
         starts, ends, dropped, used = _line_bounds(arr, final)

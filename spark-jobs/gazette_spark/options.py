@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from gazette.errors import ValidationError
 from gazette.labels import Selector, parse_selector
@@ -225,6 +225,5 @@ def _time(opts: Mapping[str, str], name: str) -> int:
         raise OptionError(name, f"{text!r} is neither Unix seconds nor an ISO 8601 "
                           "time (2026-11-24T10:00:00Z)") from None
     if when.tzinfo is None:
-        from datetime import UTC
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp())

@@ -90,6 +90,10 @@ class Plan:
         return sum(p.size for ps in self.pieces.values() for p in ps)
 
 
+#: Per journal, its persisted fragments and the URL to fetch each from ("": its store).
+Found = dict[str, list[tuple[Fragment, str]]]
+
+
 def open_store(url: str) -> FragmentStore:
     """A store of a ``stores=`` URL: ``file:///abs/path/`` is that folder of this machine
     (not under a broker's file root), ``s3://`` as brokers open it (credentials and
@@ -100,15 +104,15 @@ def open_store(url: str) -> FragmentStore:
 # -- discovery -------------------------------------------------------------------------
 
 
-async def discover(opts: ReadOptions) -> dict[str, list[tuple[Fragment, str]]]:
+async def discover(opts: ReadOptions) -> Found:
     """Per selected journal, its persisted fragments (with signed URLs from a broker)."""
     if opts.broker:
         return await _from_broker(opts)
     return await _from_stores(opts)
 
 
-async def _from_broker(opts: ReadOptions) -> dict[str, list[tuple[Fragment, str]]]:
-    out: dict[str, list[tuple[Fragment, str]]] = {}
+async def _from_broker(opts: ReadOptions) -> Found:
+    out: Found = {}
     async with JournalClient(opts.broker) as client:
         listing = await client.list(opts.selector)
         for listed in listing.journals:
@@ -134,8 +138,8 @@ def _prefix_of(opts: ReadOptions) -> str:
     return prefixes[0] if len(prefixes) == 1 else ""
 
 
-async def _from_stores(opts: ReadOptions) -> dict[str, list[tuple[Fragment, str]]]:
-    out: dict[str, list[tuple[Fragment, str]]] = defaultdict(list)
+async def _from_stores(opts: ReadOptions) -> Found:
+    out: Found = defaultdict(list)
     prefix = _prefix_of(opts)
     for url in opts.stores:
         store = open_store(url)
@@ -156,7 +160,7 @@ async def _from_stores(opts: ReadOptions) -> dict[str, list[tuple[Fragment, str]
 # -- planning --------------------------------------------------------------------------
 
 
-def plan(found: dict[str, list[tuple[Fragment, str]]], opts: ReadOptions,
+def plan(found: Found, opts: ReadOptions,
          starts: dict[str, int] | None = None) -> Plan:
     """The pieces to read of each journal; `starts` (a stream's offsets) overrides
     ``startingOffsets``."""

@@ -31,6 +31,7 @@ from gazette_spark.committed import CommittedReader
 from gazette_spark.decode import Block, Decoder, decoder_for
 from gazette_spark.options import ReadOptions
 from gazette_spark.plan import DataLoss, Piece, Slice, open_store
+from gazette_spark.uuids import parse_text_column
 
 log = logging.getLogger("gazette_spark")
 
@@ -277,8 +278,6 @@ class SliceReader:
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def rows_to_batch(self, rows: list[dict[str, Any]]) -> pa.RecordBatch:
-        from gazette_spark.uuids import parse_text_column
-
         texts = pa.array([r["uuid"] for r in rows], pa.string())
         block = Block(np.array([r["offset"] for r in rows], dtype=np.int64),
                       np.zeros(len(rows), dtype=np.int64),

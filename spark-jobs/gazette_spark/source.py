@@ -54,9 +54,11 @@ class SlicePartition(InputPartition):
         super().__init__(value)
 
 
-def _plan(opts: ReadOptions, starts: dict[str, int] | None = None
+def _plan(opts: ReadOptions, starts: dict[str, int] | None = None,
+          found: planning.Found | None = None
           ) -> tuple[planning.Plan, list[planning.Slice]]:
-    found = asyncio.run(planning.discover(opts))
+    if found is None:
+        found = asyncio.run(planning.discover(opts))
     the_plan = planning.plan(found, opts, starts)
     slices = planning.slices(the_plan, opts)
     log.info("gazette: %d journals, %d fragments, %.1f MiB to read in %d partitions",
@@ -113,6 +115,9 @@ class GazetteStreamReader(DataSourceStreamReader):
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts, self.schema = opts, schema
+        #: The listing `latestOffset` made, for the `partitions` call that follows it
+        #: (one listing per micro-batch, not two).
+        self._found: planning.Found | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         the_plan, _ = _plan(self.opts)
@@ -120,7 +125,7 @@ class GazetteStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: Any = None) -> dict[str, Any]:
-        found = asyncio.run(planning.discover(self.opts))
+        found = self._found = asyncio.run(planning.discover(self.opts))
         the_plan = planning.plan(found, _unbounded(self.opts), start or {})
         latest = dict(start or {})
         latest.update(the_plan.ends)
@@ -129,7 +134,8 @@ class GazetteStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> list[InputPartition]:
         opts = _ending_at(_unbounded(self.opts), end)
-        _, slices = _plan(opts, {j: int(o) for j, o in start.items()})
+        found, self._found = self._found, None
+        _, slices = _plan(opts, {j: int(o) for j, o in start.items()}, found)
         return [SlicePartition(s) for s in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -376,10 +376,7 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
         except Unavailable as err:
             read.error = f"Unavailable {err.code}: {err}"
         except TimeoutError:
-            read.error = f"timeout: no end after {REREAD_TIMEOUT:.0f}s"
-            rereads.problems.append(f"re-read #{n} of {TINY} ({read.via}), a non-blocking "
-                                    f"read, did not end within {REREAD_TIMEOUT:.0f}s "
-                                    f"(at offset {len(data)})")
+            timed_out(n, read, len(data))
         read.kill_during = kills() != kills_before
         if skips:
             rereads.problems.append(
@@ -387,6 +384,12 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
                 f"(the chunks' offsets jump): {', '.join(skips[:5])}"
                 + (", ..." if len(skips) > 5 else ""))
         rereads.add(read, bytes(data))
+
+    def timed_out(n: int, read: ReRead, offset: int) -> None:
+        read.error = f"timeout: no end after {REREAD_TIMEOUT:.0f}s"
+        rereads.problems.append(f"re-read #{n} of {TINY} ({read.via}), a non-blocking "
+                                f"read, did not end within {REREAD_TIMEOUT:.0f}s "
+                                f"(at offset {offset})")
 
     async def reread_http(n: int, b: Broker, http: aiohttp.ClientSession) -> None:
         read = ReRead(n, f"HTTP GET {b.http_url}/{TINY}?offset=0 ({b.name})",
@@ -426,10 +429,7 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
         except (aiohttp.ClientError, OSError) as err:
             read.error = f"{type(err).__name__}: {err}"
         except TimeoutError:
-            read.error = f"timeout: no end after {REREAD_TIMEOUT:.0f}s"
-            rereads.problems.append(f"re-read #{n} of {TINY} ({read.via}), a non-blocking "
-                                    f"read, did not end within {REREAD_TIMEOUT:.0f}s "
-                                    f"(at offset {len(data)})")
+            timed_out(n, read, len(data))
         read.kill_during = kills() != kills_before
         rereads.add(read, bytes(data))
 

@@ -82,9 +82,7 @@ async def test_s3_outage_loses_nothing_and_a_later_broker_serves_it(
 ) -> None:
     s3 = s3_server_restartable
     bucket = s3.new_bucket().name
-    for key, value in s3.env().items():  # the broker reads the standard AWS environment
-        if key.startswith("AWS_"):
-            monkeypatch.setenv(key, value)
+    s3.export_env(monkeypatch)  # the in-process broker's S3 store
     records = [b'{"writer": 1, "seq": %d, "pad": "%s"}\n' % (i, b"x" * (i % 50))
                for i in range(300)]
 

@@ -624,9 +624,7 @@ async def test_a_corrupt_stored_fragment_is_never_served(broker: BrokerServer,
 async def test_direct_reads_from_s3_by_presigned_url(
         broker: BrokerServer, client: JournalClient, s3_bucket: S3Bucket,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in s3_bucket.server.env().items():  # the broker's S3 store reads these
-        if key.startswith("AWS_"):
-            monkeypatch.setenv(key, value)
+    s3_bucket.server.export_env(monkeypatch)  # the in-process broker's S3 store
     monkeypatch.setattr(fetch, "MEMORY_LIMIT", 64 << 10)  # spill to the temp file too
     await broker.apply_yaml(f"""
 name: s3/journal

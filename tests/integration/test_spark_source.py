@@ -184,9 +184,7 @@ def uuid_text(producer: int, clock: int, flags: Flags = Flags.OUTSIDE_TXN) -> st
 async def test_json_csv_and_fixed_framings_from_s3(
         spark: Any, broker_server: BrokerServer, s3_bucket: S3Bucket,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in s3_bucket.server.env().items():  # the broker's S3 store reads these
-        if key.startswith("AWS_"):
-            monkeypatch.setenv(key, value)
+    s3_bucket.server.export_env(monkeypatch)  # the in-process broker's S3 store
     await broker_server.apply_yaml(f"""
 name: s3/
 replication: 1
