@@ -290,15 +290,18 @@ class Persister:
 
     async def _done(self, upload: _Upload, stored: Path) -> None:
         frag = upload.spool.fragment
-        self._forget(upload)
-        if upload.on_persisted is not None:
-            # First: readers find the persisted copy before the local file goes. (The
-            # store's own mod time is learned at the next listing; now is within a second.)
-            upload.on_persisted(replace(frag, backing_store=upload.store.url,
-                                        mod_time=int(time.time())))
-        for path in {stored, upload.spool.path}:
-            with contextlib.suppress(FileNotFoundError):
-                await asyncio.to_thread(path.unlink)
+        try:
+            if upload.on_persisted is not None:
+                # First: readers find the persisted copy before the local file goes. (The
+                # store's mod time is learned at the next listing; now is within a second.)
+                upload.on_persisted(replace(frag, backing_store=upload.store.url,
+                                            mod_time=int(time.time())))
+            for path in {stored, upload.spool.path}:
+                with contextlib.suppress(FileNotFoundError):
+                    await asyncio.to_thread(path.unlink)
+        finally:
+            # Last: `wait_idle` returns only once the local files are gone.
+            self._forget(upload)
 
     def _forget(self, upload: _Upload) -> None:
         self._uploads.remove(upload)
