@@ -243,7 +243,7 @@ async def test_a_routing_client_appends_straight_to_the_primary(
     from prometheus_client import REGISTRY
 
     def forwarded() -> float:
-        return REGISTRY.get_sample_value("gazette_broker_forwarded_total",
+        return REGISTRY.get_sample_value("gazette_forwarded_total",
                                          {"rpc": "Append"}) or 0.0
 
     await applied(cluster)

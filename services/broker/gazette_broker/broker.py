@@ -1,14 +1,11 @@
 """The broker core: journal specs in etcd become running replicas on this broker.
 
-It follows the cluster's keyspace incrementally: each change marks the journals it
-touches (a spec, an assignment; a member's endpoint touches the journals served here),
-and only those are brought in line, so one change costs the same with ten or ten
-thousand journals. When a journal is to be served here, a `Replica` is opened (the
-stores are listed first, so the write head continues after persisted content); when its
-spec changes, the replica takes the new revision; when it is deleted or moved away, the
-replica closes (its open spool goes to the persister). A journal whose stores cannot be
-listed is not served (its write head is unknown) but named in `unready` with the reason,
-and tried again every few seconds.
+The cluster layer does the following (`gazette.cluster.LocalItems`): journals to be
+served here get a `Replica` (opened after its stores are listed, so the write head
+continues after persisted content), which takes each new spec and route; a journal
+deleted or moved away has its replica closed (its open spool goes to the persister). A
+journal whose stores cannot be listed is not served (its write head is unknown) but
+named in `unready` with the reason, and tried again every few seconds.
 
 Every task it starts (the persister, route announcements, each replica's loop and
 opening) is owned by its `Supervisor`: restarted with backoff after transient errors,
@@ -16,16 +13,15 @@ fatal to the broker after any other (`BrokerServer.wait` then raises).
 
 In a cluster (`me` given), only journals assigned to this broker get a replica, and
 each follows its journal's route (`Replica.update_route`) as assignments change; the
-primary announces a route it has synced (`Announcer`), which is what the allocator's
-consistency check reads. Without `me`, every journal is served here alone (an embedded
-single broker).
+primary announces a route it has synced (`gazette.cluster.Announcer`), which is what the
+allocator's consistency check reads. Without `me`, every journal is served here alone
+(an embedded single broker).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import urllib.parse
 from collections.abc import Callable
@@ -33,32 +29,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gazette.cluster import Announcer, Channels, LocalItems, NotReady, Resolver
 from gazette.errors import ValidationError
 from gazette.fragment import Persister
 from gazette.fragment.cache import FragmentCache
 from gazette.fragment.persister import DEFAULT_MAX_PENDING_BYTES
 from gazette.fragment.store import FragmentStore, StoreError, store_for
-from gazette.keyspace import Etcd, EtcdError, Event, KeySpace, Layout
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout
 from gazette.protocol import JournalSpec, ProcessId
 from gazette.supervise import Supervisor
-from gazette_broker.announce import Announcer
-from gazette_broker.pipeline import Channels
 from gazette_broker.primary import Peering
 from gazette_broker.replica import (
-    CLOSED_DELETED,
     DEFAULT_APPEND_IDLE_TIMEOUT,
     DEFAULT_MAX_APPEND_SIZE,
     Replica,
     Shared,
 )
-from gazette_broker.resolver import Resolver
 
 log = logging.getLogger(__name__)
 
-#: Journals whose stores could not be listed are tried again this often.
-OPEN_RETRY_SECONDS = 5
-#: New journals opened (their stores listed) at once.
-OPEN_CONCURRENCY = 16
 #: Bytes of persisted fragments cached on local disk for readers, broker-wide.
 DEFAULT_CACHE_BYTES = 1 << 30
 
@@ -79,7 +68,8 @@ class Broker:
         self.keyspace, self.layout = keyspace, layout
         self.me, self.etcd = me, etcd
         self.channels = Channels()
-        self.resolver = Resolver(keyspace, layout, me) if me is not None else None
+        self.resolver = Resolver(keyspace, layout, me, JournalSpec) if me is not None \
+            else None
         self.announcer = Announcer(etcd, keyspace, layout) if etcd is not None else None
         peering = None
         if me is not None and self.resolver is not None and self.announcer is not None:
@@ -95,17 +85,14 @@ class Broker:
                              FragmentCache(spool_root / ".cache", cache_bytes), self.hasher,
                              peering, max_append_size, append_idle_timeout)
         self.supervisor = Supervisor(transient=(EtcdError, StoreError, OSError))
-        self.replicas: dict[str, Replica] = {}
+        self.local: LocalItems[JournalSpec, Replica] = LocalItems(
+            keyspace, layout, JournalSpec, self._open, self.supervisor,
+            resolver=self.resolver, kind="replica")
+        #: The replicas served here, by journal.
+        self.replicas: dict[str, Replica] = self.local.items
         #: Journals with a spec that are not served yet: why, as a sentence naming them.
-        self.unready: dict[str, str] = {}
+        self.unready: dict[str, str] = self.local.unready
         self._stores: dict[str, FragmentStore] = {}
-        self._opening: set[str] = set()
-        self._closing: dict[str, asyncio.Task[None]] = {}
-        self._gate = asyncio.Semaphore(OPEN_CONCURRENCY)
-        self._dirty: set[str] = set()
-        self._changed = asyncio.Event()
-        self._served = asyncio.Event()  # replaced by a fresh one when a replica opens
-        self._unobserve: Callable[[], None] = lambda: None
 
     def store_for(self, url: str) -> FragmentStore:
         store = self._stores.get(url)
@@ -121,11 +108,7 @@ class Broker:
         self.supervisor.spawn("persister", self.persister.run, transient=())
         if self.announcer is not None:
             self.supervisor.spawn("announcer", self.announcer.run)
-        self._unobserve = self.keyspace.observe(self._on_change)
-        self._dirty |= {e.value.name for e in self.keyspace.prefixed(self.layout.items)
-                        if isinstance(e.value, JournalSpec)}
-        await self._sync(self._take_dirty())
-        self.supervisor.spawn("broker-sync", self._follow, transient=())
+        await self.local.start()
 
     def _report_leftovers(self, leftovers: list[tuple[Path, int]]) -> None:
         """Say what spool files left by a broker that did not stop cleanly mean: they
@@ -153,146 +136,35 @@ class Broker:
                         "recovered (the journals' other replicas hold what was "
                         "acknowledged) and may be removed", held, self.spool_root)
 
-    def _on_change(self, revision: int, events: list[Event]) -> None:
-        items, assigned = self.layout.items, self.layout.assignments
-        for ev in events:
-            key = ev.kv.key
-            if key.startswith(items):
-                self._dirty.add(key[len(items):])
-            elif self.me is None:
-                continue
-            elif key.startswith(assigned):
-                self._dirty.add(key[len(assigned):].rsplit("#", 3)[0])
-            elif key.startswith(self.layout.members):
-                self._dirty |= self.replicas.keys()  # endpoints of their routes
-        if self._dirty:
-            self._changed.set()
-
-    def _take_dirty(self) -> set[str]:
-        dirty, self._dirty = self._dirty, set()
-        self._changed.clear()
-        return dirty
-
-    async def _follow(self) -> None:
-        while True:
-            await self._changed.wait()
-            await self._sync(self._take_dirty())
-
-    def _retry_later(self, name: str) -> None:
-        """Try to open `name` again in a while (its stores could not be listed)."""
-
-        def retry() -> None:
-            self._dirty.add(name)
-            self._changed.set()
-
-        asyncio.get_running_loop().call_later(OPEN_RETRY_SECONDS, retry)
-
     def _spec(self, name: str) -> JournalSpec | None:
-        entry = self.keyspace.get(self.layout.item_key(name))
-        return entry.value if entry is not None and isinstance(entry.value, JournalSpec) \
-            else None
-
-    def _wanted(self, name: str) -> JournalSpec | None:
-        """The spec of `name` if this broker should serve it now."""
-        spec = self._spec(name)
-        if spec is None or (self.resolver is not None and not self.resolver.is_assigned(name)):
-            return None
-        return spec
+        return self.local.spec(name)
 
     async def sync(self) -> None:
         """Bring every journal in line with the keyspace (start-up does this; changes
         are followed incrementally after)."""
-        names = {e.value.name for e in self.keyspace.prefixed(self.layout.items)
-                 if isinstance(e.value, JournalSpec)}
-        await self._sync(names | self.replicas.keys() | self.unready.keys())
+        await self.local.sync()
 
-    async def _sync(self, names: set[str]) -> None:
-        for name in names:
-            spec = self._wanted(name)
-            replica = self.replicas.get(name)
-            if spec is None:
-                self.unready.pop(name, None)
-                if replica is not None:
-                    self._remove(name, replica)
-                continue
-            if replica is None:
-                if name not in self._opening:
-                    self._opening.add(name)
-                    self.supervisor.spawn(f"open:{name}", functools.partial(self._open, name),
-                                          kind="open", transient=())
-                continue
-            if replica.spec != spec:
-                replica.update_spec(spec)
-            if self.resolver is not None:
-                replica.update_route(self.resolver.resolve(name, announced=True))
-
-    async def _open(self, name: str) -> None:
-        """Open and start serving `name`'s journal; if its stores cannot be listed, it
-        is not served (its write head is unknown) and `unready` says why."""
+    async def _open(self, spec: JournalSpec) -> Replica:
+        """A replica of `spec`'s journal; `NotReady` if its stores cannot be listed
+        (its write head is unknown)."""
+        name = spec.name
         try:
-            closing = self._closing.get(name)
-            if closing is not None:  # its last replica here is still closing
-                await asyncio.shield(closing)
-            async with self._gate:
-                spec = self._wanted(name)
-                if spec is None:
-                    return
-                try:
-                    replica = await Replica.open(
-                        spec, self.spool_root / name.replace("/", "%2F"), self.shared)
-                except (StoreError, ValidationError, OSError) as err:
-                    reason = (f"journal {name} is not served yet: its fragment stores "
-                              f"cannot be listed: {err}")
-                    if self.unready.get(name) != reason:
-                        log.warning("%s (trying again every %d s)", reason,
-                                    OPEN_RETRY_SECONDS)
-                    self.unready[name] = reason
-                    self._retry_later(name)
-                    return
-        finally:
-            self._opening.discard(name)
-        self.unready.pop(name, None)
-        self.replicas[name] = replica
-        self._dirty.add(name)  # the spec and route of now
-        self._changed.set()
-        self.supervisor.spawn(f"replica:{name}", replica.run, kind="replica")
-        self._served.set()
-        self._served = asyncio.Event()
+            replica = await Replica.open(
+                spec, self.spool_root / name.replace("/", "%2F"), self.shared)
+        except (StoreError, ValidationError, OSError) as err:
+            raise NotReady(f"journal {name} is not served yet: its fragment stores "
+                           f"cannot be listed: {err}") from err
         log.info("serving %s from offset %d", name, replica.write_head)
-
-    def _remove(self, name: str, replica: Replica) -> None:
-        """Stop serving `name` here: its replica closes in the background (it may wait
-        for an append in progress), owned until done."""
-        del self.replicas[name]
-        deleted = self._spec(name) is None
-        if self.resolver is not None:  # ends a primary's sessions with it
-            replica.update_route(self.resolver.resolve(name, announced=True))
-
-        async def close() -> None:
-            await self.supervisor.stop(f"replica:{name}")
-            await replica.close(CLOSED_DELETED if deleted else "no longer assigned here")
-            log.info("stopped serving %s (%s)", name, replica.closed)
-
-        task = asyncio.create_task(close(), name=f"close:{name}")
-        self._closing[name] = task
-        task.add_done_callback(lambda t: self._closed(name, t))
-
-    def _closed(self, name: str, task: asyncio.Task[None]) -> None:
-        if self._closing.get(name) is task:
-            del self._closing[name]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("closing the replica of %s failed", name, exc_info=task.exception())
+        return replica
 
     async def wait_serving(self, journals: set[str]) -> None:
         """Return once every one of `journals` has a replica here."""
-        while not journals <= self.replicas.keys():
-            await self._served.wait()
+        await self.local.wait_serving(journals)
 
     async def wait_closed(self) -> None:
         """Return once replicas being closed now are closed (their spools handed to
         the persister)."""
-        while self._closing:
-            await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        await self.local.wait_closed()
 
     def persister_backlog(self) -> bool:
         """Whether closed spools are still waiting to be persisted."""
@@ -302,15 +174,9 @@ class Broker:
         """Stop following etcd, close every replica (rolling its spool to the
         persister), wait (bounded) for the persister to upload them, and stop every
         task."""
-        self._unobserve()
         if self.resolver is not None:
             self.resolver.stop()
-        await self.supervisor.stop("broker-sync")
-        replicas, self.replicas = dict(self.replicas), {}
-        for name, replica in replicas.items():
-            await self.supervisor.stop(f"replica:{name}")
-            await replica.close("the broker is stopping")
-        await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        await self.local.close("the broker is stopping")
         self.persister.flush()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.persister.wait_idle(), drain_timeout)

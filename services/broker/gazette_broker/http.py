@@ -42,12 +42,13 @@ from gazette import names
 from gazette.client import AppendResult, JournalClient, ReadChunk
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
 from gazette.client.retry import RETRYABLE_STATUSES
+from gazette.cluster import CLOSED_DELETED
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
 from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.reads import ReadError
-from gazette_broker.replica import CLOSED_DELETED, TOO_LARGE, Replica
+from gazette_broker.replica import TOO_LARGE, Replica
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,20 @@ from gazette.fragment.fragment import fragment_from_pb, fragment_to_pb
 from gazette.fragment.summer import ThreadedSha1
 from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import CompressionCodec, ProcessId, labels_from_pb, labels_to_pb
+from gazette.protocol import (
+    CompressionCodec,
+    JournalSpec,
+    ProcessId,
+    labels_from_pb,
+    labels_to_pb,
+)
 from gazette.protocol.content import ReplicateContent
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
+    from gazette.cluster import Resolution
     from gazette_broker.primary import Peering
-    from gazette_broker.resolver import Resolution
 
 REPLICATED_BYTES = Counter("gazette_broker_replicated_bytes_total",
                            "Bytes committed into this broker's spools as a peer")
@@ -41,7 +47,7 @@ class PeerSide:
 
     index: JournalIndex
     registers: LabelSet
-    resolution: Resolution | None
+    resolution: Resolution[JournalSpec] | None
     closed: str
     _spool: Spool
     _lock: asyncio.Lock

@@ -20,7 +20,7 @@ import grpc
 from prometheus_client import Counter
 
 from gazette.allocator import Route
-from gazette.client.wire import CHANNEL_OPTIONS, parse_address
+from gazette.cluster import Channels
 from gazette.fragment import Fragment
 from gazette.fragment.fragment import fragment_to_pb
 from gazette.labels import LabelSet
@@ -54,25 +54,6 @@ class ReplicationUncertain(Exception):
     def __init__(self, message: str) -> None:
         REPLICATION_FAILURES.labels("uncertain").inc()
         super().__init__(message)
-
-
-class Channels:
-    """gRPC channels to other brokers, one per endpoint, closed together."""
-
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def get(self, endpoint: str) -> grpc.aio.Channel:
-        channel = self._channels.get(endpoint)
-        if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
-                parse_address(endpoint), options=CHANNEL_OPTIONS)
-        return channel
-
-    async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        await asyncio.gather(*(c.close(grace=None) for c in channels),
-                             return_exceptions=True)
 
 
 @dataclass

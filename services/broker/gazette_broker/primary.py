@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter
 
 from gazette.allocator import Route
+from gazette.cluster import Channels, Resolution
 from gazette.fragment import Spool
 from gazette.keyspace import EtcdError
 from gazette.labels import LabelSet
@@ -27,12 +28,10 @@ from gazette.pb import broker_pb2 as pb
 from gazette.protocol import CompressionCodec, JournalSpec, ProcessId, labels_from_pb
 from gazette_broker.errors import AppendError
 from gazette_broker.pipeline import (
-    Channels,
     Pipeline,
     ReplicationFailed,
     ReplicationUncertain,
 )
-from gazette_broker.resolver import Resolution
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class Peering:
 
     me: ProcessId
     channels: Channels
-    header: Callable[[Resolution], pb.Header]
+    header: Callable[[Resolution[JournalSpec]], pb.Header]
     announce: Callable[[str, Route], Awaitable[bool]]
     #: Whether this broker's member lease is surely held: a primary whose lease may
     #: have expired takes no appends (another may be primary by now).
@@ -60,7 +59,7 @@ class PrimarySide:
 
     spec: JournalSpec
     registers: LabelSet
-    resolution: Resolution | None
+    resolution: Resolution[JournalSpec] | None
     closed: str
     _spool: Spool
     _lock: asyncio.Lock
@@ -86,7 +85,7 @@ class PrimarySide:
         return self.resolution is not None and \
             self.resolution.route.primary_id == self._peering.me
 
-    def update_route(self, res: Resolution) -> None:
+    def update_route(self, res: Resolution[JournalSpec]) -> None:
         """The journal's route (and its members' endpoints) as of a newer revision. A
         changed route ends peer sessions of the old one; its primary syncs a pipeline
         under the new one (and announces it) without waiting for an append."""

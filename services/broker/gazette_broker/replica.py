@@ -40,6 +40,7 @@ from prometheus_client import Counter
 from gazette.allocator import Route
 from gazette.client.errors import AppendUncertain
 from gazette.client.results import AppendResult
+from gazette.cluster import Resolution
 from gazette.fragment import Fragment, JournalIndex, Persister, Spool
 from gazette.fragment.cache import FragmentCache
 from gazette.fragment.store import FragmentStore, StoreError
@@ -56,7 +57,6 @@ from gazette_broker.pipeline import (
 )
 from gazette_broker.primary import Peering, PrimarySide
 from gazette_broker.reads import Gap, ReadSide
-from gazette_broker.resolver import Resolution
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +83,6 @@ SYNC_RETRY_SECONDS, SYNC_RETRY_MAX = 0.5, 5.0
 
 #: How a refusal for size begins (the HTTP gateway answers it 413).
 TOO_LARGE = "append is larger than the"
-#: `Replica.closed` of a replica whose journal was deleted (its readers get
-#: JOURNAL_NOT_FOUND; those of one moved elsewhere read on through another broker).
-CLOSED_DELETED = "deleted"
 
 
 @dataclass
@@ -119,7 +116,7 @@ class Replica(PrimarySide, ReadSide, PeerSide):
         self._peering = shared.peering
         self._persister, self._store_for = shared.persister, shared.store_for
         self.max_append_size = shared.max_append_size
-        self.resolution: Resolution | None = None
+        self.resolution: Resolution[JournalSpec] | None = None
         self._pipeline: Pipeline | None = None
         self._announced: Route | None = None
         #: Set (and replaced) whenever the route changes, a peer session starts or the
@@ -453,6 +450,8 @@ class Replica(PrimarySide, ReadSide, PeerSide):
     def update_spec(self, spec: JournalSpec) -> None:
         """A new revision of the spec. A changed codec or store takes effect with the
         next fragment: the spool rolls before the next append."""
+        if spec == self.spec:
+            return
         if (spec.fragment.compression_codec != self.spec.fragment.compression_codec
                 or spec.fragment.stores != self.spec.fragment.stores):
             self._roll_requested = True

@@ -1,5 +1,6 @@
-"""The broker process's parts, wired together: etcd, the keyspace, this broker's member
-spec under a lease, the journal replicas, the gRPC server (Journal + health) and the HTTP
+"""The broker process's parts, wired together: etcd, the keyspace, this broker's
+membership (`gazette.cluster.Membership`: its member spec under a lease, the allocator,
+the drain), the journal replicas, the gRPC server (Journal + health) and the HTTP
 gateway (journals, ``/metrics``, ``/healthz``).
 
 `BrokerServer` is what ``gazette serve`` runs and what tests and the local cluster embed:
@@ -20,21 +21,24 @@ import secrets
 import shutil
 import socket
 import tempfile
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gazette.allocator import Allocator, assignments_of, route_consistent, route_of
+from gazette.allocator import assignments_of, route_of
 from gazette.client import JournalClient
+from gazette.cluster import (
+    DEFAULT_ETCD_STARTUP_TIMEOUT,
+    DEFAULT_LEASE_TTL,
+    Membership,
+)
 from gazette.fragment.persister import DEFAULT_MAX_PENDING_BYTES
-from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Lease
-from gazette.keyspace.lease import LeaseLost
-from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
+from gazette.keyspace import Etcd, KeySpace, Layout, Lease
+from gazette.keyspace.specs import Decoder, apply_changes
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId
 from gazette.protocol.trees import journal_changes_from_yaml
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
@@ -43,7 +47,6 @@ from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPE
 from gazette_broker.service import JournalService, add_journal_service
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 #: gRPC options: large messages (appends and reads stream ~1 MiB chunks) and keepalive
 #: pings so dead clients are noticed.
@@ -60,13 +63,6 @@ GRPC_SERVER_OPTIONS = [
 ]
 
 
-#: The default lease TTL: a dead broker's journals move after at most this long, while
-#: keepalives (every third of it) ride out a stall of several seconds without flapping.
-DEFAULT_LEASE_TTL = 10
-#: A primary stops taking appends this long before its lease would run out unrefreshed
-#: (by then etcd may let another broker take its journals).
-LEASE_MARGIN = 1.0
-
 
 def default_suffix() -> str:
     """A unique-enough member name: the host name and a random tag."""
@@ -74,9 +70,6 @@ def default_suffix() -> str:
                    for ch in socket.gethostname())[:100] or "broker"
     return f"{host}-{secrets.token_hex(3)}"
 
-
-#: How long a starting broker waits for etcd to answer before it gives up.
-DEFAULT_ETCD_STARTUP_TIMEOUT = 60.0
 
 
 @dataclass
@@ -134,18 +127,18 @@ class BrokerServer:
         self._own_spool_dir = config.spool_dir is None
         self.spool_dir = config.spool_dir or Path(tempfile.mkdtemp(prefix="gazette-spools-"))
         self.id = ProcessId(config.zone, config.suffix)
+        self.member: MemberSpec | None = None
+        self.membership = Membership(
+            self.etcd, self.keyspace, self.layout, self.id, lease_ttl=config.lease_ttl,
+            stores_of=lambda spec: spec.fragment.stores,
+            startup_timeout=config.etcd_startup_timeout)
         self.broker = Broker(self.keyspace, self.layout, self.spool_dir,
                              file_root=config.file_root,
                              max_append_size=config.max_append_size,
-                             me=self.id, etcd=self.etcd, live=self._live,
+                             me=self.id, etcd=self.etcd, live=self.membership.live,
                              cache_bytes=config.cache_bytes,
                              max_pending_bytes=config.max_unpersisted_bytes,
                              append_idle_timeout=config.append_idle_timeout)
-        self.allocator = Allocator(self.etcd, self.keyspace, self.layout, self.id,
-                                   is_consistent=route_consistent,
-                                   stores_of=lambda spec: spec.fragment.stores)
-        self.member: MemberSpec | None = None
-        self.lease: Lease | None = None
         self.health = HealthServicer()
         self.grpc_server: grpc.aio.Server | None = None
         self.http: HttpGateway | None = None
@@ -192,8 +185,8 @@ class BrokerServer:
         if not self.grpc_port:
             raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}: the port is in "
                           "use (another broker?) or the address is not this host's")
-        self.member = MemberSpec(ProcessId(cfg.zone, cfg.suffix), self.endpoint,
-                                 cfg.journal_limit, store_schemes=self.store_schemes)
+        self.member = MemberSpec(self.id, self.endpoint, cfg.journal_limit,
+                                 store_schemes=self.store_schemes)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
                                  member=self.member, unready=self.broker.unready,
                                  resolver=self.broker.resolver, channels=self.broker.channels,
@@ -202,31 +195,20 @@ class BrokerServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         if cfg.http_port >= 0:
             self._forward = JournalClient(self.grpc_address)
-            self.http = HttpGateway(self.broker.replicas, ready=self._ready, grace=cfg.grace,
-                                    unready=self.broker.unready, forward=self._forward,
+            self.http = HttpGateway(self.broker.replicas, ready=self.membership.ready,
+                                    grace=cfg.grace, unready=self.broker.unready,
+                                    forward=self._forward,
                                     content_type=self._content_type,
                                     max_append_size=cfg.max_append_size)
             self.http_port = await self.http.start(cfg.bind or None, cfg.http_port)
 
         await self.etcd.connect()
-        deadline = asyncio.get_running_loop().time() + cfg.etcd_startup_timeout
-        await self._until_etcd("loading the cluster's state", self.keyspace.load, deadline)
-        await self.keyspace.__aenter__()
-        self.lease = await self._until_etcd(
-            "granting this broker's lease",
-            lambda: Lease.grant(self.etcd, cfg.lease_ttl), deadline)
-        lease, member = self.lease, self.member
-        revision = await self._until_etcd(
-            "announcing this broker", lambda: self.etcd.put(
-                self.layout.member_key(cfg.zone, cfg.suffix), encode_broker(member),
-                lease=lease.id), deadline)
+        deadline = self.membership.deadline()
+        await self.membership.load(deadline)
         # This broker sees itself before it serves (Apply's warnings count it, say).
-        await self.keyspace.wait_for_revision(
-            revision, timeout=max(1.0, deadline - asyncio.get_running_loop().time()))
-        supervisor = self.broker.supervisor
-        supervisor.spawn("lease", self.lease.keep_alive, transient=())
+        await self.membership.join(self.member, self.broker.supervisor, deadline)
         await self.broker.start()
-        supervisor.spawn("allocator", self.allocator.run, transient=(EtcdError, OSError))
+        self.membership.run_allocator(self.broker.supervisor)
         await self.grpc_server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("gazette.broker.Journal", health_pb2.HealthCheckResponse.SERVING)
@@ -238,83 +220,28 @@ class BrokerServer:
         """The kinds of fragment store this broker can serve journals of."""
         return ("file", "s3") if self.config.file_root is not None else ("s3",)
 
-    async def _until_etcd(self, what: str, op: Callable[[], Awaitable[T]],
-                          deadline: float) -> T:
-        """`op()`, tried again while etcd does not answer (it may be starting with this
-        broker, as on Kubernetes), until `deadline`; each wait is logged."""
-        loop = asyncio.get_running_loop()
-        delay = 0.2
-        while True:
-            try:
-                return await op()
-            except EtcdError as err:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise EtcdError(
-                        f"etcd at {self.config.etcd_address} did not answer within "
-                        f"{self.config.etcd_startup_timeout:.0f}s ({what}): {err}") from None
-                wait = min(delay, left)
-                log.warning("waiting for etcd at %s (%s: %s); trying again in %.1fs",
-                            self.config.etcd_address, what, err, wait)
-                await asyncio.sleep(wait)
-                delay = min(delay * 2, 5.0)
-
     def _content_type(self, journal: str) -> str:
         entry = self.keyspace.get(self.layout.item_key(journal))
         if entry is None or not isinstance(entry.value, JournalSpec):
             return ""
         return (entry.value.labels.values("content-type") or ("",))[0]
 
-    def _ready(self) -> bool:
-        return self.lease is not None and not self.lease.lost.is_set()
-
-    def _live(self) -> bool:
-        """Whether this broker may still act as a member: its lease is surely held
-        (refreshed recently enough that etcd cannot have expired it)."""
-        return self._ready() and self.lease is not None and \
-            self.lease.remaining > LEASE_MARGIN
+    @property
+    def lease(self) -> Lease | None:
+        return self.membership.lease
 
     async def drain(self, timeout: float) -> bool:
-        """Ask for no journals (member spec limit 0, under the same lease) and wait until
-        none is assigned here any more. Returns whether that happened in `timeout`."""
-        if self.member is None or self.lease is None or self.lease.lost.is_set():
-            return False
-        cfg = self.config
-        draining = replace(self.member, item_limit=0)
-        await self.etcd.put(self.layout.member_key(cfg.zone, cfg.suffix),
-                            encode_broker(draining), lease=self.lease.id)
-        changed = asyncio.Event()
-        stop = self.keyspace.observe(lambda revision, events: changed.set())
-        try:
-            async with asyncio.timeout(timeout):
-                while self.broker.resolver is not None and self.broker.resolver.assigned():
-                    await changed.wait()
-                    changed.clear()
-        except TimeoutError:
-            log.warning("draining: journals still assigned here after %.0fs: %s", timeout,
-                        sorted(self.broker.resolver.assigned()) if self.broker.resolver
-                        else [])
-            return False
-        finally:
-            stop()
-        log.info("drained: no journal is assigned here any more")
-        return True
+        """Ask for no journals and wait until none is assigned here any more (see
+        `Membership.drain`). Returns whether that happened in `timeout`."""
+        resolver = self.broker.resolver
+        assert resolver is not None
+        return await self.membership.drain(resolver.assigned, timeout)
 
     async def wait(self) -> None:
         """Return only when the broker can no longer serve: its lease is lost (it must
         not keep acting as a member: raises `LeaseLost`), or a task it cannot do without
         failed for good (raises `TaskFailed`)."""
-        assert self.lease is not None, "start() first"
-        lost = asyncio.ensure_future(self.lease.lost.wait())
-        failed = asyncio.ensure_future(self.broker.supervisor.wait_failed())
-        try:
-            await asyncio.wait({lost, failed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-            failed.cancel()
-        if failed.done() and not failed.cancelled() and failed.exception() is not None:
-            raise failed.exception()  # type: ignore[misc]
-        raise LeaseLost(f"broker {self.member.id if self.member else '?'}: lease lost")
+        await self.membership.wait(self.broker.supervisor)
 
     async def stop(self) -> None:
         """Stop serving: health goes NOT_SERVING, new RPCs are refused and in-flight ones
@@ -340,10 +267,7 @@ class BrokerServer:
         if self._forward is not None:
             await self._forward.close()
         await self.broker.close(drain_timeout=cfg.persist_timeout)
-        if self.lease is not None:
-            await self.lease.revoke()  # deletes the member spec with it
-        await self.keyspace.__aexit__(None, None, None)
-        await self.etcd.close()
+        await self.membership.leave()  # the member spec goes with its lease
         if self._own_spool_dir and not self.broker.persister_backlog():
             shutil.rmtree(self.spool_dir, ignore_errors=True)
         log.info("broker stopped")

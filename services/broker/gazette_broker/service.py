@@ -18,16 +18,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, cast
 
 import grpc
-from prometheus_client import Counter
 
 from gazette import names
 from gazette.allocator import route_from_pb
 from gazette.client.errors import AppendUncertain
+from gazette.cluster import (
+    CLOSED_DELETED,
+    FORWARDED,
+    PROXY_ANSWER_SECONDS,
+    Channels,
+    Resolution,
+    Resolver,
+    forward_stream,
+    forward_unary,
+    proxied,
+)
 from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.fragment import fragment_to_pb
@@ -59,16 +69,10 @@ from gazette.protocol.content import (
 from gazette.protocol.convert import duration_from_pb
 from gazette.protocol.trees import SpecChange
 from gazette_broker.errors import AppendError, AppendStalled
-from gazette_broker.pipeline import Channels
 from gazette_broker.reads import ReadError
-from gazette_broker.replica import CLOSED_DELETED, Replica
-from gazette_broker.resolver import Resolution, Resolver
+from gazette_broker.replica import Replica
 
 log = logging.getLogger(__name__)
-
-FORWARDED = Counter("gazette_broker_forwarded_total",
-                    "Requests forwarded to the broker that serves their journal", ["rpc"])
-
 
 class AppendAborted(Exception):
     """The append stream ended without its commit message."""
@@ -83,8 +87,6 @@ OPEN_WAIT_SECONDS = 5.0
 APPEND_METHOD = "/gazette.broker.Journal/Append"
 READ_METHOD = "/gazette.broker.Journal/Read"
 FRAGMENTS_METHOD = "/gazette.broker.Journal/ListFragments"
-#: How long a forwarded request's answer is awaited once its request is sent.
-PROXY_ANSWER_SECONDS = 60.0
 
 
 def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:
@@ -124,7 +126,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                  keyspace: KeySpace[Any] | None = None, layout: Layout | None = None,
                  member: MemberSpec | None = None,
                  unready: Mapping[str, str] | None = None,
-                 resolver: Resolver | None = None, channels: Channels | None = None,
+                 resolver: Resolver[JournalSpec] | None = None, channels: Channels | None = None,
                  wait_serving: Any = None) -> None:
         self.replicas = replicas
         #: Journals with a spec that cannot be served yet, and why (UNAVAILABLE).
@@ -140,7 +142,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             self._route = pb.Route(members=[self._process_id], primary=0,
                                    endpoints=[member.endpoint])
 
-    def _header(self, revision: int | None = None, res: Resolution | None = None
+    def _header(self, revision: int | None = None, res: Resolution[JournalSpec] | None = None
                 ) -> pb.Header:
         if self.resolver is not None:
             header = self.resolver.header(res)
@@ -293,7 +295,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         return replica
 
     async def _resolve(self, journal: str, header: pb.Header | None, context: Any
-                       ) -> tuple[Resolution | None, Replica | None]:
+                       ) -> tuple[Resolution[JournalSpec] | None, Replica | None]:
         """(Where `journal` is served, its replica here): the resolution is None for a
         lone broker (no cluster). A journal assigned here whose replica is still being
         opened is waited for (briefly)."""
@@ -317,15 +319,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                     "retry")
         return res, replica
 
-    def _reader_endpoint(self, res: Resolution) -> str:
+    def _reader_endpoint(self, res: Resolution[JournalSpec]) -> str:
         """A replica to forward a read to: one in this broker's zone if any."""
         assert self.resolver is not None
-        zone = self.resolver.me.zone
-        members = res.route.members
-        for i, m in enumerate(members):
-            if m.zone == zone and res.endpoints[i]:
-                return res.endpoints[i]
-        return next((e for e in res.endpoints if e), "")
+        return res.endpoint_near(self.resolver.me.zone)
 
     async def Append(  # type: ignore[override]  # AppendContent: see add_journal_service
             self, request_iterator: AsyncIterator[AppendContent], context: Any,
@@ -399,7 +396,7 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                  commit=fragment_to_pb(result.commit),
                                  registers=labels_to_pb(result.registers))
 
-    async def _forward_append(self, res: Resolution, meta: pb.AppendRequest,
+    async def _forward_append(self, res: Resolution[JournalSpec], meta: pb.AppendRequest,
                               content: AsyncIterator[bytes | memoryview], context: Any
                               ) -> pb.AppendResponse:
         """Forward the append to the journal's primary as a stream (so a failure before
@@ -408,12 +405,9 @@ class JournalService(broker_pb2_grpc.JournalServicer):
         assert self.channels is not None
         FORWARDED.labels("Append").inc()
         call = self.channels.get(res.primary_endpoint).stream_unary(
-            APPEND_METHOD, request_serializer=_as_is,
+            APPEND_METHOD,  # requests are sent as serialized here
             response_deserializer=pb.AppendResponse.FromString)()  # type: ignore[call-arg]
-        first = pb.AppendRequest()
-        first.CopyFrom(meta)
-        first.do_not_proxy = True
-        first.header.CopyFrom(self._header(res=res))
+        first = proxied(meta, self._header(res=res))
         committing = False
         try:
             try:
@@ -460,8 +454,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                 return
             # Generators are closed here, when the read ends or is cancelled, not later
             # by the garbage collector.
-            async with contextlib.aclosing(
-                    self._forward_read(res, endpoint, request, context)) as forwarded:
+            async with contextlib.aclosing(forward_stream(
+                    self.channels, endpoint, READ_METHOD,  # type: ignore[arg-type]
+                    proxied(request, self._header(res=res)), context,
+                    f"reading {request.journal}")) as forwarded:
                 async for raw in forwarded:
                     yield raw
             return
@@ -495,28 +491,6 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
         except StoreError as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-
-    async def _forward_read(self, res: Resolution, endpoint: str, request: pb.ReadRequest,
-                            context: Any) -> AsyncGenerator[bytes, None]:
-        """The read, served by the replica at `endpoint`, passed through as received."""
-        assert self.channels is not None
-        FORWARDED.labels("Read").inc()
-        forwarded = pb.ReadRequest()
-        forwarded.CopyFrom(request)
-        forwarded.do_not_proxy = True
-        forwarded.header.CopyFrom(self._header(res=res))
-        call = self.channels.get(endpoint).unary_stream(
-            READ_METHOD, request_serializer=pb.ReadRequest.SerializeToString,
-            response_deserializer=_as_is)(forwarded)
-        try:
-            async for raw in call:
-                yield raw
-        except grpc.aio.AioRpcError as err:
-            await context.abort(err.code() if err.code() != grpc.StatusCode.CANCELLED
-                                else grpc.StatusCode.UNAVAILABLE,
-                                f"reading {request.journal} via {endpoint}: {err.details()}")
-        finally:
-            call.cancel()
 
     async def _read_metadata(self, replica: Replica, request: pb.ReadRequest
                              ) -> pb.ReadResponse:
@@ -577,18 +551,10 @@ class JournalService(broker_pb2_grpc.JournalServicer):
             if request.do_not_proxy or not endpoint:
                 return pb.FragmentsResponse(status=pb.NOT_JOURNAL_BROKER,
                                             header=self._header(res=res))
-            assert self.channels is not None
-            FORWARDED.labels("ListFragments").inc()
-            forwarded = pb.FragmentsRequest()
-            forwarded.CopyFrom(request)
-            forwarded.do_not_proxy = True
-            try:
-                return await self.channels.get(endpoint).unary_unary(  # type: ignore[no-any-return]
-                    FRAGMENTS_METHOD, request_serializer=pb.FragmentsRequest.SerializeToString,
-                    response_deserializer=pb.FragmentsResponse.FromString)(forwarded)
-            except grpc.aio.AioRpcError as err:
-                await context.abort(err.code(), f"listing fragments of {request.journal} "
-                                    f"via {endpoint}: {err.details()}")
+            return await forward_unary(
+                self.channels, endpoint, FRAGMENTS_METHOD,  # type: ignore[arg-type]
+                proxied(request, self._header(res=res)), pb.FragmentsResponse.FromString,
+                context, f"listing fragments of {request.journal}")
         assert replica is not None  # abort() raised otherwise
         problem = ""
         if request.next_page_token < 0:
@@ -630,10 +596,6 @@ class JournalService(broker_pb2_grpc.JournalServicer):
                                                    persist_error=replica.persist_error(frag)))
         return pb.FragmentsResponse(status=pb.OK, header=self._header(), fragments=items,
                                     next_page_token=next_token)
-
-
-def _as_is(raw: bytes) -> bytes:
-    return raw
 
 
 async def _one(content: bytes | memoryview) -> AsyncIterator[bytes | memoryview]:

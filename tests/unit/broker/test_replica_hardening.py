@@ -16,16 +16,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gazette.allocator import Route
+from gazette.cluster import Channels, Resolution
 from gazette.fragment import EMPTY_SHA1, Fragment, Persister
 from gazette.fragment.store import FileStore
 from gazette.keyspace import EtcdError
 from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import CompressionCodec, FragmentSpec, JournalSpec, ProcessId
-from gazette_broker.pipeline import Channels, Pipeline, ReplicationFailed
+from gazette_broker.pipeline import Pipeline, ReplicationFailed
 from gazette_broker.primary import Peering
 from gazette_broker.replica import Replica, Shared
-from gazette_broker.resolver import Resolution
 
 SPEC = JournalSpec("example/journal", replication=1,
                    fragment=FragmentSpec(length=4096, compression_codec=CompressionCodec.NONE,

@@ -1,11 +1,12 @@
-"""Route announcements: a primary that synced every replica under its journal's route
-writes that route into each of the journal's assignments, which is what the allocator's
-consistency check reads before it removes a replica.
+"""Route announcements: a primary that synced every replica under its item's route
+writes that route into each of the item's assignments, which is what the allocator's
+consistency check (`gazette.allocator.route_consistent`) reads before it removes a
+replica.
 
-Many journals sync at once when brokers join or many journals are created, so
-announcements are batched: whatever is queued when a transaction goes out shares it
-(each journal's keys guarded by their mod revisions), instead of one etcd transaction,
-and one watch event for every broker, per journal.
+Many items sync at once when members join or many items are created, so announcements
+are batched: whatever is queued when a transaction goes out shares it (each item's keys
+guarded by their mod revisions), instead of one etcd transaction, and one watch event for
+every member, per item.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ MAX_KEYS = 60
 
 
 class Announcer:
-    """Batches announcements of `keyspace`'s journals into etcd transactions; run
+    """Batches announcements of `keyspace`'s items into etcd transactions; run
     `run()` as a task."""
 
     def __init__(self, etcd: Etcd, keyspace: KeySpace[Any], layout: Layout) -> None:
@@ -34,15 +35,15 @@ class Announcer:
         self._queue: dict[str, tuple[Route, asyncio.Future[bool]]] = {}
         self._wake = asyncio.Event()
 
-    async def announce(self, journal: str, route: Route) -> bool:
-        """Write `route` into every assignment of `journal` if the assignments still
+    async def announce(self, item: str, route: Route) -> bool:
+        """Write `route` into every assignment of `item` if the assignments still
         make that route; returns whether they now hold it. Raises `EtcdError` if etcd
         failed."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        old = self._queue.get(journal)
+        old = self._queue.get(item)
         if old is not None and not old[1].done():
             old[1].set_result(False)  # superseded by the newer announcement
-        self._queue[journal] = (route, fut)
+        self._queue[item] = (route, fut)
         self._wake.set()
         return await fut
 
@@ -56,7 +57,7 @@ class Announcer:
                 while queued:
                     queued = await self._write(queued)
         finally:
-            stopped = EtcdError("route announcements stopped (the broker is stopping, or "
+            stopped = EtcdError("route announcements stopped (the member is stopping, or "
                                 "they restart)")
             for _, fut in self._queue.values():
                 if not fut.done():
@@ -64,15 +65,15 @@ class Announcer:
 
     async def _write(self, queued: dict[str, tuple[Route, asyncio.Future[bool]]]
                      ) -> dict[str, tuple[Route, asyncio.Future[bool]]]:
-        """One transaction of as many queued journals as fit; returns those left."""
+        """One transaction of as many queued items as fit; returns those left."""
         txn, batch, rest = Txn(), [], {}
-        for journal, (route, fut) in queued.items():
+        for item, (route, fut) in queued.items():
             if fut.done():
                 continue
             if len(txn) >= MAX_KEYS:
-                rest[journal] = (route, fut)
+                rest[item] = (route, fut)
                 continue
-            assigned = assignments_of(self.keyspace, self.layout, journal)
+            assigned = assignments_of(self.keyspace, self.layout, item)
             if route_of(assigned) != route:
                 fut.set_result(False)  # the assignments moved on: a new route comes
                 continue
@@ -85,7 +86,7 @@ class Announcer:
                 entry = self.keyspace.get(a.key)
                 txn.expect(a.key, a.mod_revision).put(
                     a.key, value, lease=entry.kv.lease if entry is not None else 0)
-            batch.append((journal, route, fut, {a.key for a in stale}))
+            batch.append((item, route, fut, {a.key for a in stale}))
         if not batch:
             return rest
         try:
@@ -94,11 +95,11 @@ class Announcer:
             # Journals whose keys moved on answer False (they sync again); the others
             # go in the next transaction.
             moved = {key for key, _, _ in err.stale}
-            for journal, route, fut, keys in batch:
+            for item, route, fut, keys in batch:
                 if keys & moved:
                     fut.set_result(False)
                 else:
-                    rest[journal] = (route, fut)
+                    rest[item] = (route, fut)
             with contextlib.suppress(TimeoutError):
                 await self.keyspace.wait_for_revision(err.revision, timeout=10)
             return rest
@@ -114,8 +115,8 @@ class Announcer:
             raise
         with contextlib.suppress(TimeoutError):  # committed: the mirror catches up later
             await self.keyspace.wait_for_revision(result.revision, timeout=10)
-        for journal, route, fut, _ in batch:
-            log.info("%s: route %s announced", journal, route)
+        for item, route, fut, _ in batch:
+            log.info("%s: route %s announced", item, route)
             if not fut.done():
                 fut.set_result(True)
         return rest

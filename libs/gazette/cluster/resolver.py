@@ -1,36 +1,40 @@
-"""Where a journal is served: its spec and route as this broker's keyspace says, at a
+"""Where an item is served: its spec and route as this member's keyspace says, at a
 revision, and the response header that tells clients so.
 
-The journals assigned to this broker are followed incrementally from the keyspace's
-changes (one set of keys), so asking costs nothing however many journals the cluster
-has. A request pinned to an etcd revision this broker has not reached waits for it,
-briefly, but only for a revision etcd has reached: a client naming one far ahead is
-refused at once, instead of stalling requests.
+The items assigned to this member are followed incrementally from the keyspace's changes
+(one set of keys), so asking costs nothing however many items the cluster has. A request
+pinned to an etcd revision this member has not reached waits for it, briefly, but only
+for a revision etcd has reached: a client naming one far ahead is refused at once,
+instead of stalling requests.
+
+Generic over the item's spec type: journals for brokers, shards for consumers.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gazette.allocator import EMPTY_ROUTE, Route, assignments_of, route_of
 from gazette.errors import ValidationError
 from gazette.keyspace import EtcdError, Event, KeySpace, Layout
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import JournalSpec, MemberSpec, ProcessId
+from gazette.protocol import MemberSpec, ProcessId
 
-#: How long a request pinned to a newer etcd revision waits for this broker to catch up.
+#: How long a request pinned to a newer etcd revision waits for this member to catch up.
 REVISION_WAIT_SECONDS = 5.0
+
+SpecT = TypeVar("SpecT")
 
 
 @dataclass(frozen=True, slots=True)
-class Resolution:
-    """A journal's `spec` (None: no such journal) and `route`, with each route member's
+class Resolution(Generic[SpecT]):
+    """An item's `spec` (None: no such item) and `route`, with each route member's
     endpoint, as of etcd `revision`."""
 
-    journal: str
-    spec: JournalSpec | None
+    item: str
+    spec: SpecT | None
     route: Route
     endpoints: tuple[str, ...]
     revision: int
@@ -42,17 +46,28 @@ class Resolution:
     def primary_endpoint(self) -> str:
         return self.endpoints[self.route.primary] if self.route.primary >= 0 else ""
 
+    def endpoint_near(self, zone: str) -> str:
+        """A route member's endpoint to send a read to: one in `zone` if any (same-zone
+        traffic is cheaper and faster), else the first known; "" if none is."""
+        for member, endpoint in zip(self.route.members, self.endpoints, strict=True):
+            if member.zone == zone and endpoint:
+                return endpoint
+        return next((e for e in self.endpoints if e), "")
 
-class Resolver:
-    """Resolves journals against `keyspace` for the broker `me`."""
 
-    def __init__(self, keyspace: KeySpace[Any], layout: Layout, me: ProcessId) -> None:
+class Resolver(Generic[SpecT]):
+    """Resolves items of type `spec_type` against `keyspace` for the member `me`."""
+
+    def __init__(self, keyspace: KeySpace[Any], layout: Layout, me: ProcessId,
+                 spec_type: type[SpecT]) -> None:
         self.keyspace, self.layout, self.me = keyspace, layout, me
+        self.spec_type = spec_type
         self.me_pb = pb.ProcessSpec.ID(zone=me.zone, suffix=me.suffix)
         self._mine = f"#{me.zone}#{me.suffix}#"
-        #: Journal -> its assignment keys to this broker (normally one).
+        #: Item -> its assignment keys to this member (normally one).
         self._assigned: dict[str, set[str]] = {}
-        self._track(list(keyspace.prefixed(layout.assignments)))
+        self._on_change(0, [Event(False, e.kv)
+                            for e in keyspace.prefixed(layout.assignments)])
         self.stop = keyspace.observe(self._on_change)
 
     def _on_change(self, revision: int, events: list[Event]) -> None:
@@ -73,23 +88,24 @@ class Resolver:
             else:
                 self._assigned.setdefault(item, set()).add(key)
 
-    def _track(self, entries: list[Any]) -> None:
-        self._on_change(0, [Event(False, e.kv) for e in entries])
-
-    def resolve(self, journal: str, *, announced: bool = False) -> Resolution:
-        """Where `journal` is served; with `announced`, also whether its primary's
-        announcement of the route is in every assignment (requests need not know)."""
-        entry = self.keyspace.get(self.layout.item_key(journal))
-        spec = entry.value if entry is not None and isinstance(entry.value, JournalSpec) \
+    def spec(self, item: str) -> SpecT | None:
+        """The spec of `item` (None: there is none)."""
+        entry = self.keyspace.get(self.layout.item_key(item))
+        return entry.value if entry is not None and isinstance(entry.value, self.spec_type) \
             else None
-        assigned = assignments_of(self.keyspace, self.layout, journal) if spec is not None \
+
+    def resolve(self, item: str, *, announced: bool = False) -> Resolution[SpecT]:
+        """Where `item` is served; with `announced`, also whether its primary's
+        announcement of the route is in every assignment (requests need not know)."""
+        spec = self.spec(item)
+        assigned = assignments_of(self.keyspace, self.layout, item) if spec is not None \
             else []
         route = route_of(assigned) if spec is not None else EMPTY_ROUTE
         held = True
         if announced:
             value = route.encode()
             held = all(a.value == value for a in assigned)
-        return Resolution(journal, spec, route, self._endpoints(route), self.keyspace.revision,
+        return Resolution(item, spec, route, self._endpoints(route), self.keyspace.revision,
                           held)
 
     def _endpoints(self, route: Route) -> tuple[str, ...]:
@@ -100,8 +116,8 @@ class Resolver:
                        if entry is not None and isinstance(entry.value, MemberSpec) else "")
         return tuple(out)
 
-    async def resolve_at(self, journal: str, header: pb.Header | None) -> Resolution:
-        """As `resolve`, once this broker has caught up with the etcd revision of a
+    async def resolve_at(self, item: str, header: pb.Header | None) -> Resolution[SpecT]:
+        """As `resolve`, once this member has caught up with the etcd revision of a
         request's `header` (waiting at most a few seconds for it). A revision etcd has
         not reached is refused: `ValidationError` naming ``header.etcd.revision``."""
         if header is not None and header.etcd.revision > self.keyspace.revision:
@@ -116,17 +132,17 @@ class Resolver:
                     "must come from a response of this cluster"))
             with contextlib.suppress(TimeoutError):
                 await self.keyspace.wait_for_revision(wanted, timeout=REVISION_WAIT_SECONDS)
-        return self.resolve(journal)
+        return self.resolve(item)
 
     def assigned(self) -> set[str]:
-        """Journals with an assignment to this broker (any slot)."""
+        """Items with an assignment to this member (any slot)."""
         return set(self._assigned)
 
-    def is_assigned(self, journal: str) -> bool:
-        return journal in self._assigned
+    def is_assigned(self, item: str) -> bool:
+        return item in self._assigned
 
-    def header(self, res: Resolution | None = None) -> pb.Header:
-        """The response header: this broker, the journal's route, the revision."""
+    def header(self, res: Resolution[Any] | None = None) -> pb.Header:
+        """The response header: this member, the item's route, the revision."""
         if res is None:
             return pb.Header(process_id=self.me_pb,
                              etcd=pb.Header.Etcd(revision=self.keyspace.revision))

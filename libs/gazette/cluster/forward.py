@@ -1,0 +1,114 @@
+"""Channels to other members, and requests forwarded to the member that serves an item.
+
+Any member takes any request: one for an item served elsewhere is sent on to a member of
+its route (the primary for writes; for reads one in this member's zone if any,
+`Resolution.endpoint_near`) with ``do_not_proxy`` set and this member's header (`proxied`),
+so the member that gets it answers itself or refuses, never forwarding again. What comes
+back is passed through as received. A forward that fails aborts the caller's RPC with
+the status the other member gave (a cancelled one as UNAVAILABLE: the caller may retry),
+naming the member it went to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+from prometheus_client import Counter
+
+from gazette.client.wire import CHANNEL_OPTIONS, parse_address
+from gazette.pb import broker_pb2 as pb
+
+FORWARDED = Counter("gazette_forwarded_total",
+                    "Requests forwarded to the member that serves their item", ["rpc"])
+
+#: How long a forwarded request's answer is awaited once its request is sent.
+PROXY_ANSWER_SECONDS = 60.0
+
+M = TypeVar("M", bound=Message)
+R = TypeVar("R")
+
+
+class Channels:
+    """gRPC channels to other members, one per endpoint, closed together."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, endpoint: str) -> grpc.aio.Channel:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
+                parse_address(endpoint), options=CHANNEL_OPTIONS)
+        return channel
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        await asyncio.gather(*(c.close(grace=None) for c in channels),
+                             return_exceptions=True)
+
+
+def proxied(request: M, header: pb.Header) -> M:
+    """A copy of `request` to send on: ``do_not_proxy`` set, and `header` (this member's
+    resolution) pinning the revision the receiver must have reached."""
+    out = type(request)()
+    out.CopyFrom(request)
+    out.do_not_proxy = True  # type: ignore[attr-defined]
+    out.header.CopyFrom(header)  # type: ignore[attr-defined]
+    return out
+
+
+def rpc_name(method: str) -> str:
+    """``/pkg.Service/Method`` -> ``Method`` (the label of `FORWARDED`)."""
+    return method.rsplit("/", 1)[-1]
+
+
+def _serialize(request: Message | bytes) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+def _as_is(raw: bytes) -> bytes:
+    return raw
+
+
+async def _abort(context: Any, err: grpc.aio.AioRpcError, what: str, endpoint: str
+                 ) -> NoReturn:
+    code = err.code() if err.code() != grpc.StatusCode.CANCELLED \
+        else grpc.StatusCode.UNAVAILABLE
+    await context.abort(code, f"{what} via {endpoint}: {err.details()}")
+    raise AssertionError("abort() raises")  # pragma: no cover
+
+
+async def forward_unary(channels: Channels, endpoint: str, method: str,
+                        request: Message | bytes, decode: Callable[[bytes], R],
+                        context: Any, what: str) -> R:
+    """The answer of the member at `endpoint` to `request` (see `proxied`); a failure
+    aborts `context`'s RPC, saying `what` was being done."""
+    FORWARDED.labels(rpc_name(method)).inc()
+    call = channels.get(endpoint).unary_unary(
+        method, request_serializer=_serialize, response_deserializer=decode)
+    try:
+        return await call(request, timeout=PROXY_ANSWER_SECONDS)  # type: ignore[no-any-return]
+    except grpc.aio.AioRpcError as err:
+        await _abort(context, err, what, endpoint)
+
+
+async def forward_stream(channels: Channels, endpoint: str, method: str,
+                         request: Message | bytes, context: Any, what: str
+                         ) -> AsyncGenerator[bytes, None]:
+    """The responses of the member at `endpoint` to `request`, serialized as received
+    (nothing is decoded on the way); a failure aborts `context`'s RPC. Close it
+    (``contextlib.aclosing``) so the call ends with the caller's."""
+    FORWARDED.labels(rpc_name(method)).inc()
+    call = channels.get(endpoint).unary_stream(
+        method, request_serializer=_serialize, response_deserializer=_as_is)(request)
+    try:
+        async for raw in call:
+            yield raw
+    except grpc.aio.AioRpcError as err:
+        await _abort(context, err, what, endpoint)
+    finally:
+        call.cancel()

@@ -1,0 +1,180 @@
+"""This process as a member of a cluster (brokers) or of a consumer application.
+
+A member is its `MemberSpec` under a lease: written when it joins, gone with the lease
+when it dies or leaves, so the allocator moves its items to others. Every member runs the
+allocator (the oldest one leads). A member acts as one only while its lease is surely
+held: `live()` is false from `LEASE_MARGIN` seconds before the lease could expire
+unrefreshed (by then etcd may let another member take its items). Stopping starts with a
+drain: the spec asks for no items (limit 0, under the same lease), and the member waits
+until the allocator has moved every one away, before its RPCs drain and the lease goes.
+
+Starting members may come up before etcd (as on Kubernetes): each step of joining is
+retried, logged, until a deadline (`until_etcd`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from gazette.allocator import Allocator, Assignment, route_consistent
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Lease, LeaseLost
+from gazette.keyspace.specs import encode_broker
+from gazette.protocol import MemberSpec, ProcessId
+from gazette.supervise import Supervisor
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: The default lease TTL: a dead member's items move after at most this long, while
+#: keepalives (every third of it) ride out a stall of several seconds without flapping.
+DEFAULT_LEASE_TTL = 10
+#: A member stops acting as one this long before its lease would run out unrefreshed.
+LEASE_MARGIN = 1.0
+#: How long a starting member waits for etcd to answer before it gives up.
+DEFAULT_ETCD_STARTUP_TIMEOUT = 60.0
+
+
+async def until_etcd(etcd: Etcd, what: str, op: Callable[[], Awaitable[T]],
+                     deadline: float, timeout: float) -> T:
+    """`op()`, tried again while etcd does not answer (it may be starting with this
+    member), until the loop time `deadline` (`timeout` after the start: for the
+    message); each wait is logged."""
+    loop = asyncio.get_running_loop()
+    delay = 0.2
+    while True:
+        try:
+            return await op()
+        except EtcdError as err:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise EtcdError(f"etcd at {etcd.endpoint} did not answer within "
+                                f"{timeout:.0f}s ({what}): {err}") from None
+            wait = min(delay, left)
+            log.warning("waiting for etcd at %s (%s: %s); trying again in %.1fs",
+                        etcd.endpoint, what, err, wait)
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, 5.0)
+
+
+class Membership:
+    """The member `me` of the cluster under `layout`: join (with its spec), run the
+    allocator, drain, leave. `encode` stores a member spec (brokers' and consumers'
+    differ);
+    `replication_of`, `stores_of` and `is_consistent` tell the allocator about items."""
+
+    def __init__(self, etcd: Etcd, keyspace: KeySpace[Any], layout: Layout,
+                 me: ProcessId, *, lease_ttl: int = DEFAULT_LEASE_TTL,
+                 encode: Callable[[MemberSpec], bytes] = encode_broker,
+                 replication_of: Callable[[Any], int] = lambda spec: int(spec.replication),
+                 stores_of: Callable[[Any], tuple[str, ...]] | None = None,
+                 is_consistent: Callable[[str, Assignment, Sequence[Assignment]], bool]
+                 = route_consistent,
+                 startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT) -> None:
+        self.etcd, self.keyspace, self.layout = etcd, keyspace, layout
+        self.me, self.lease_ttl, self._encode = me, lease_ttl, encode
+        self.startup_timeout = startup_timeout
+        self.key = layout.member_key(me.zone, me.suffix)
+        #: The spec this member joined with (None: not joined).
+        self.spec: MemberSpec | None = None
+        self.allocator = Allocator(etcd, keyspace, layout, me,
+                                   replication_of=replication_of,
+                                   is_consistent=is_consistent, stores_of=stores_of)
+        self.lease: Lease | None = None
+
+    def deadline(self) -> float:
+        """The loop time by which a member starting now must have joined."""
+        return asyncio.get_running_loop().time() + self.startup_timeout
+
+    async def until_etcd(self, what: str, op: Callable[[], Awaitable[T]],
+                         deadline: float) -> T:
+        return await until_etcd(self.etcd, what, op, deadline, self.startup_timeout)
+
+    async def load(self, deadline: float) -> None:
+        """Load the keyspace (retried while etcd does not answer) and follow it."""
+        await self.until_etcd("loading the cluster's state", self.keyspace.load, deadline)
+        await self.keyspace.__aenter__()
+
+    async def join(self, spec: MemberSpec, supervisor: Supervisor, deadline: float
+                   ) -> None:
+        """Take a lease, write `spec` under it, keep the lease alive (a supervised task)
+        and wait until the keyspace shows this member."""
+        if spec.id != self.me:
+            raise ValueError(f"member spec of {spec.id}, not of {self.me}")
+        self.spec = spec
+        self.lease = await self.until_etcd(
+            "granting this member's lease",
+            lambda: Lease.grant(self.etcd, self.lease_ttl), deadline)
+        lease = self.lease
+        revision = await self.until_etcd(
+            "announcing this member", lambda: self.etcd.put(
+                self.key, self._encode(spec), lease=lease.id), deadline)
+        loop = asyncio.get_running_loop()
+        await self.keyspace.wait_for_revision(
+            revision, timeout=max(1.0, deadline - loop.time()))
+        supervisor.spawn("lease", lease.keep_alive, transient=())
+
+    def run_allocator(self, supervisor: Supervisor) -> None:
+        """Run the allocator as a supervised task (etcd errors restart it)."""
+        supervisor.spawn("allocator", self.allocator.run, transient=(EtcdError, OSError))
+
+    def ready(self) -> bool:
+        """Whether this member holds its lease (it may serve health checks)."""
+        return self.lease is not None and not self.lease.lost.is_set()
+
+    def live(self) -> bool:
+        """Whether this member may still act as one: its lease is surely held
+        (refreshed recently enough that etcd cannot have expired it)."""
+        return self.lease is not None and not self.lease.lost.is_set() and \
+            self.lease.remaining > LEASE_MARGIN
+
+    async def drain(self, assigned: Callable[[], set[str]], timeout: float) -> bool:
+        """Ask for no items (member spec limit 0, under the same lease) and wait until
+        `assigned()` is empty. Returns whether that happened in `timeout`."""
+        if not self.ready():
+            return False
+        assert self.lease is not None and self.spec is not None
+        draining = replace(self.spec, item_limit=0)
+        await self.etcd.put(self.key, self._encode(draining), lease=self.lease.id)
+        changed = asyncio.Event()
+        stop = self.keyspace.observe(lambda revision, events: changed.set())
+        try:
+            async with asyncio.timeout(timeout):
+                while assigned():
+                    await changed.wait()
+                    changed.clear()
+        except TimeoutError:
+            log.warning("draining: items still assigned here after %.0fs: %s", timeout,
+                        sorted(assigned())[:20])
+            return False
+        finally:
+            stop()
+        log.info("drained: no item is assigned here any more")
+        return True
+
+    async def wait(self, supervisor: Supervisor) -> None:
+        """Return only when this member can no longer serve: its lease is lost (raises
+        `LeaseLost`), or a task it cannot do without failed for good (raises
+        `TaskFailed`)."""
+        assert self.lease is not None, "join() first"
+        lost = asyncio.ensure_future(self.lease.lost.wait())
+        failed = asyncio.ensure_future(supervisor.wait_failed())
+        try:
+            await asyncio.wait({lost, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            failed.cancel()
+        if failed.done() and not failed.cancelled() and failed.exception() is not None:
+            raise failed.exception()  # type: ignore[misc]
+        raise LeaseLost(f"member {self.me}: lease lost")
+
+    async def leave(self) -> None:
+        """Revoke the lease (the member spec and assignments go with it), stop following
+        the keyspace, and close the etcd client."""
+        if self.lease is not None:
+            await self.lease.revoke()
+        await self.keyspace.__aexit__(None, None, None)
+        await self.etcd.close()
