@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import IO, Any, NoReturn, TextIO
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 
 from gazette.gazctl.config import (
     MAX_TXN_SIZE,
@@ -45,6 +45,9 @@ from gazette.gazctl.config import (
 from gazette.gazctl.framing import MAX_RECORD
 from gazette.gazctl.output import LOG_LEVELS, JsonFormatter, TextFormatter
 from gazette.labels import Selector
+
+if TYPE_CHECKING:
+    from gazette.gazctl.context import Command
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: The distribution gazctl comes in (pyproject.toml's ``name``): where its version is.
@@ -90,6 +93,7 @@ def _global_flags() -> Parser:
 def build_parser() -> Parser:
     """The whole command line."""
     from gazette.gazctl import apply as apply_cmd
+    from gazette.gazctl import fragments as fragments_cmd
     from gazette.gazctl import journals as cmd
 
     common = _global_flags()
@@ -114,7 +118,7 @@ def build_parser() -> Parser:
                             "batches, each atomic, the whole not "
                             f"(1-{MAX_TXN_SIZE}, default: {MAX_TXN_SIZE})")
 
-    def verb(name: str, run: cmd.Command, help_: str, description: str) -> Parser:
+    def verb(name: str, run: Command, help_: str, description: str) -> Parser:
         p: Parser = verbs.add_parser(name, parents=[common], help=help_, formatter_class=raw,
                                      description=description)
         p.set_defaults(run=run)
@@ -189,7 +193,7 @@ def build_parser() -> Parser:
     p.add_argument("--direct", action="store_true",
                    help="read persisted fragments straight from their stores")
 
-    p = verb("fragments", cmd.cmd_fragments, "list fragments of journals",
+    p = verb("fragments", fragments_cmd.cmd_fragments, "list fragments of journals",
              "List the fragments of the selected journals as a table or JSON lines.\n"
              "TIME is Unix seconds, an ISO 8601 time (2026-01-02T15:04:05Z) or a\n"
              "duration ago (1h).")
@@ -206,7 +210,7 @@ def build_parser() -> Parser:
     p.add_argument("-o", "--format", choices=("table", "json"), default="table",
                    help="output format (default: table)")
 
-    p = verb("prune", cmd.cmd_prune, "remove fragments older than their retention",
+    p = verb("prune", fragments_cmd.cmd_prune, "remove fragments older than their retention",
              "Remove the persisted fragments of the selected journals that are older\n"
              "than their spec's fragment.retention (journals without one are skipped)\n"
              "from their stores, and print what went. file:// stores need --file-root.")
@@ -236,9 +240,8 @@ def _logging(stream: TextIO, level: str, fmt: str) -> Iterator[None]:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     numeric = logging.WARNING if level.startswith("warn") else getattr(logging, level.upper())
-    loggers = {"gazette": numeric,
-               "gazette.client": numeric if numeric <= logging.DEBUG else
-               max(numeric, logging.WARNING)}
+    library = numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
+    loggers = {"gazette": library, "gazette.gazctl": numeric}
     saved = {name: (logging.getLogger(name).level, logging.getLogger(name).propagate)
              for name in loggers}
     top = logging.getLogger("gazette")
@@ -316,7 +319,7 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
 
 async def _execute(inv: _Invocation) -> int:
     from gazette.client import JournalClient, RetryPolicy
-    from gazette.gazctl.journals import Context
+    from gazette.gazctl.context import Context
 
     quick = RetryPolicy(attempts=3, initial_delay=0.1, max_delay=0.5)
     async with JournalClient(inv.address.address, retry=quick) as client, \

@@ -19,8 +19,8 @@ from pathlib import Path
 from gazette.client import ApplyConflict, JournalClient
 from gazette.errors import GazetteError, ValidationError
 from gazette.gazctl.config import MAX_TXN_SIZE
+from gazette.gazctl.context import CommandError, Context, info, selected, stdin_reader, warn
 from gazette.gazctl.framing import InputPump
-from gazette.gazctl.journals import CommandError, Context, _reader, _selected, info, warn
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import JournalSpec
 from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
@@ -165,7 +165,7 @@ async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
     if args.file == "-":
         source = "stdin"
         # In a daemon thread: Ctrl-C while waiting on a terminal must not hang the exit.
-        data = b"".join([chunk async for chunk in InputPump(_reader(ctx.stdin)).chunks()])
+        data = b"".join([chunk async for chunk in InputPump(stdin_reader(ctx.stdin)).chunks()])
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:
@@ -211,7 +211,7 @@ def run_editor(editor: str, path: str) -> int:
 
 
 async def cmd_edit(ctx: Context, args: argparse.Namespace) -> int:
-    journals = await _selected(ctx, args.selector)
+    journals = await selected(ctx, args.selector)
     if not journals:
         raise CommandError(f"no journals match the selector {args.selector.format()!r}")
     original = EDIT_HEADER + specs_to_yaml([(j.spec, j.mod_revision) for j in journals])

@@ -9,6 +9,7 @@ once (`read_committed`). Importing this package registers the framings
 """
 
 from gazette.message import framing as _framing  # noqa: F401 - registers framings
+from gazette.message.adapters import message_type
 from gazette.message.base import (
     Envelope,
     Frame,
@@ -43,7 +44,6 @@ from gazette.message.types import (
     DataclassMessage,
     JsonMessage,
     ProtoMessage,
-    message_type,
 )
 from gazette.message.uuid import Clock, Flags, ProducerId, new_producer_id
 

@@ -10,13 +10,12 @@ import pytest
 
 from gazette.client import FragmentInfo, ListedJournal, Route
 from gazette.fragment import Fragment
-from gazette.gazctl.journals import (
+from gazette.gazctl.fragments import (
     PruneStats,
     fragment_to_dict,
     fragments_table,
-    journal_to_dict,
-    journals_table,
 )
+from gazette.gazctl.journals import journal_to_dict, journals_table
 from gazette.gazctl.output import (
     JsonFormatter,
     Progress,

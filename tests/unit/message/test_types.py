@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gazette.errors import ValidationError
 from gazette.message import types
 from gazette.message import uuid as uuids
+from gazette.message.adapters import message_type, to_builtins
 from gazette.message.base import Message
 from gazette.message.types import (
     NO_ACKNOWLEDGEMENT,
@@ -26,8 +27,6 @@ from gazette.message.types import (
     JsonMessage,
     ProtoMessage,
     check_uuid_texts,
-    message_type,
-    to_builtins,
     uuid_from_text,
 )
 from gazette.pb import broker_pb2

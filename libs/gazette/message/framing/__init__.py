@@ -7,7 +7,7 @@ Importing this package registers (see `gazette.message.base.framing_for`):
   8-byte header (Gazette's magic word and a little-endian length);
 - ``text/csv``: `CsvFraming`, one CSV record (RFC 4180) per message, UUID in column 0.
 
-Each takes the options ``message_type`` (see `gazette.message.types.message_type`) and
+Each takes the options ``message_type`` (see `gazette.message.adapters.message_type`) and
 ``max_frame`` (the largest message in bytes, default 64 MiB), e.g.
 ``framing_for("application/x-ndjson", message_type=Click)``.
 """

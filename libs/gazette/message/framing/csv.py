@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gazette.errors import ValidationError
+from gazette.message.adapters import MessageType, to_builtins
+from gazette.message.adapters import message_type as _message_type_of
 from gazette.message.base import Frame
 from gazette.message.framing.ndjson import DEFAULT_MAX_FRAME, check_max_frame
-from gazette.message.types import NO_ACKNOWLEDGEMENT, CsvRecord, MessageType, to_builtins
-from gazette.message.types import message_type as _message_type_of
+from gazette.message.types import NO_ACKNOWLEDGEMENT, CsvRecord
 
 
 class _TooLarge(Exception):

@@ -27,10 +27,15 @@ from typing import Any
 from google.protobuf.message import Message as ProtoBase
 
 from gazette.errors import ValidationError
+from gazette.message.adapters import MessageType
+from gazette.message.adapters import message_type as _message_type_of
 from gazette.message.base import Frame
 from gazette.message.framing.ndjson import DEFAULT_MAX_FRAME, check_max_frame
-from gazette.message.types import NO_ACKNOWLEDGEMENT, AtLeastOnce, MessageType, ProtoMessage
-from gazette.message.types import message_type as _message_type_of
+from gazette.message.types import (
+    NO_ACKNOWLEDGEMENT,
+    AtLeastOnce,
+    ProtoMessage,
+)
 
 #: The word that begins every fixed frame (Gazette's ``FixedFrameWord``).
 FIXED_FRAME_MAGIC = b"\x66\x33\x93\x36"

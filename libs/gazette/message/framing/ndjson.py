@@ -23,14 +23,10 @@ from typing import Any
 import msgspec
 
 from gazette.errors import ValidationError
+from gazette.message.adapters import MessageType, to_builtins
+from gazette.message.adapters import message_type as _message_type_of
 from gazette.message.base import Frame
-from gazette.message.types import (
-    NO_ACKNOWLEDGEMENT,
-    JsonMessage,
-    MessageType,
-    to_builtins,
-)
-from gazette.message.types import message_type as _message_type_of
+from gazette.message.types import NO_ACKNOWLEDGEMENT, JsonMessage
 
 #: Default largest message, in bytes, of every framing here (64 MiB).
 DEFAULT_MAX_FRAME = 64 << 20

@@ -1,0 +1,161 @@
+"""Apply and List: journal specs written to etcd in one guarded transaction (with
+warnings about what is likely not meant), and listings (or watches) of them by selector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from gazette import names
+from gazette.errors import ValidationError
+from gazette.keyspace import Entry, Event, TxnConflict
+from gazette.keyspace.specs import apply_changes
+from gazette.labels import Selector, journal_labels
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import (
+    JournalSpec,
+    MemberSpec,
+    journal_spec_from_pb,
+    journal_spec_to_pb,
+    selector_from_pb,
+)
+from gazette.protocol.trees import SpecChange
+from gazette_broker.service_routing import JournalRouting
+
+log = logging.getLogger(__name__)
+
+class SpecRpcs(JournalRouting):
+    """The Apply and List RPCs."""
+
+    async def Apply(self, request: pb.ApplyRequest, context: Any) -> pb.ApplyResponse:
+        etcd, layout = self.etcd, self.layout
+        if etcd is None or layout is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no etcd")
+        assert etcd is not None and layout is not None  # abort() raised otherwise
+        changes: list[SpecChange[JournalSpec]] = []
+        try:
+            for i, change in enumerate(request.changes):
+                if change.WhichOneof("change") == "upsert":
+                    try:
+                        spec = journal_spec_from_pb(change.upsert)
+                    except ValidationError as err:
+                        raise err.within(f"changes[{i}].upsert") from None
+                    changes.append(SpecChange(spec.name, change.expect_mod_revision, spec))
+                elif change.WhichOneof("change") == "delete":
+                    names.validate_journal_name(change.delete, f"changes[{i}].delete")
+                    changes.append(SpecChange(change.delete, change.expect_mod_revision, None))
+                else:
+                    raise ValidationError(f"changes[{i}]", "neither upsert nor delete")
+            revision = await apply_changes(etcd, layout, changes)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except TxnConflict as err:
+            return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED,
+                                    header=self._header(err.revision))
+        return pb.ApplyResponse(status=pb.OK, header=self._header(revision),
+                                warnings=self._warnings(changes))
+
+    def _warnings(self, changes: list[SpecChange[JournalSpec]]) -> list[str]:
+        """What in applied specs is likely not what their author meant."""
+        assert self.keyspace is not None and self.layout is not None
+        brokers = [e.value for e in self.keyspace.prefixed(self.layout.members)
+                   if isinstance(e.value, MemberSpec) and e.value.item_limit > 0]
+        out = []
+        for change in changes:
+            spec = change.spec
+            if spec is None:
+                continue
+            if self.resolver is not None and spec.replication > len(brokers):
+                out.append(f"{spec.name}: replication {spec.replication} is more than the "
+                           f"{len(brokers)} broker(s) of the cluster: its appends are "
+                           f"refused (INSUFFICIENT_JOURNAL_BROKERS) until there are "
+                           f"{spec.replication}")
+            if not spec.fragment.stores:
+                out.append(f"{spec.name}: no fragment stores: its content is never "
+                           "persisted, and is lost when its brokers stop (set "
+                           "fragment.stores)")
+            elif self.resolver is not None and brokers and not any(
+                    b.serves_stores(spec.fragment.stores) for b in brokers):
+                kinds = sorted({k for b in brokers for k in b.store_schemes})
+                out.append(f"{spec.name}: no broker can serve its stores "
+                           f"{', '.join(spec.fragment.stores)} (the brokers serve "
+                           f"{', '.join(kinds) or 'none'}; file:// needs "
+                           "--broker.file-root): it is not assigned until one can")
+        return out
+
+    def _listing(self, selector: Any) -> pb.ListResponse:
+        assert self.keyspace is not None and self.layout is not None
+        journals = []
+        for entry in self._candidates(selector):
+            spec = entry.value
+            if isinstance(spec, JournalSpec) and selector.matches(
+                    journal_labels(spec.name, spec.labels)):
+                route: pb.Route | None = None
+                if self.resolver is not None:
+                    res = self.resolver.resolve(spec.name)
+                    route = res.route.with_endpoints(res.endpoints).to_pb()
+                else:
+                    route = self._route if spec.name in self.replicas else None
+                journals.append(pb.ListResponse.Journal(
+                    spec=journal_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
+                    create_revision=entry.kv.create_revision, route=route))
+        return pb.ListResponse(status=pb.OK, header=self._header(self.keyspace.revision),
+                               journals=journals)
+
+    def _candidates(self, selector: Selector) -> list[Entry[Any]]:
+        """The specs a selector may match: those it names (``name=``), or those under
+        the prefixes it names (``prefix=``), else all; so that listing one journal does
+        not cost a look at every one."""
+        assert self.keyspace is not None and self.layout is not None
+        items = self.layout.items
+        names_ = selector.include.values("name")
+        if names_ and all(names_):
+            found = (self.keyspace.get(items + n) for n in sorted(set(names_)))
+            return [e for e in found if e is not None]
+        prefixes = selector.include.values("prefix")
+        if prefixes and all(prefixes):
+            seen: dict[str, Entry[Any]] = {}
+            for prefix in prefixes:
+                seen.update((e.kv.key, e) for e in self.keyspace.prefixed(items + prefix))
+            return [seen[k] for k in sorted(seen)]
+        return self.keyspace.prefixed(items)
+
+    async def List(self, request: pb.ListRequest, context: Any
+                   ) -> AsyncIterator[pb.ListResponse]:
+        keyspace, layout = self.keyspace, self.layout
+        if keyspace is None or layout is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no etcd")
+        assert keyspace is not None and layout is not None  # abort() raised otherwise
+        try:
+            selector = selector_from_pb(request.selector)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if not request.watch:
+            yield self._listing(selector)
+            return
+        resume = request.watch_resume_revision
+        if resume < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"watch_resume_revision: must be >= 0, got {resume}")
+        changed = asyncio.Event()  # coalesces bursts of changes into one listing
+
+        def on_change(revision: int, events: list[Event]) -> None:
+            if any(ev.kv.key.startswith(layout.items) for ev in events):
+                changed.set()
+
+        stop = keyspace.observe(on_change)
+        try:
+            # A client resuming at a revision it has seen gets nothing until a change.
+            if not resume or keyspace.revision > resume:
+                yield self._listing(selector)
+            while True:
+                await changed.wait()
+                changed.clear()
+                yield self._listing(selector)
+        finally:
+            stop()
