@@ -66,12 +66,11 @@ from scale_bench import bench_scale, run_with_etcd  # type: ignore[import-not-fo
 from gazette.allocator import assignments_of, route_of
 from gazette.client import AppendQueue, JournalClient, RetryPolicy
 from gazette.cluster import DEFAULT_LEASE_TTL
-from gazette.keyspace import Etcd, KeySpace, Layout
-from gazette.keyspace.specs import Decoder, apply_changes
-from gazette.local.process import free_port
+from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, apply_changes
+from gazette.local import free_port
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette.protocol.trees import journal_changes_from_yaml
+from gazette.protocol import journal_changes_from_yaml
 
 MiB = 1 << 20
 APPEND_VOLUME = 512 * MiB

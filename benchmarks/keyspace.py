@@ -15,8 +15,7 @@ from pathlib import Path
 
 import uvloop
 
-from gazette.keyspace import Etcd, KeySpace, Layout
-from gazette.keyspace.specs import Decoder, encode_item
+from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, encode_item
 from gazette.labels import LabelSet, Selector, journal_labels
 from gazette.local import EmbeddedEtcd
 from gazette.protocol import JournalSpec

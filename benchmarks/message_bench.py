@@ -27,11 +27,15 @@ from message_codec import (  # type: ignore[import-not-found]
 )
 
 import gazette.message.framing  # noqa: F401 - registers framings
+from gazette.message import (
+    Envelope,
+    JsonMessage,
+    Sequencer,
+    framing_for,
+    read_committed,
+    read_uncommitted,
+)
 from gazette.message import uuid as mu
-from gazette.message.base import Envelope, framing_for
-from gazette.message.reader import read_committed, read_uncommitted
-from gazette.message.sequencer import Sequencer
-from gazette.message.types import JsonMessage
 
 N_TXNS, PER_TXN, PRODUCERS = 10_000, 10, 4
 CHUNK = 1 << 20

@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import msgspec
 
+from gazette.message import JsonMessage
 from gazette.message import uuid as uuids
 from gazette.message.framing import NdjsonFraming
-from gazette.message.types import JsonMessage
 
 N_MESSAGES = 100_000
 BATCH = 1_000

@@ -47,7 +47,7 @@ import aiohttp
 import grpc
 import uvloop
 
-from gazette.local.etcd import EmbeddedEtcd
+from gazette.local import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 

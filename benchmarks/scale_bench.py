@@ -86,13 +86,10 @@ import uvloop
 
 from gazette.allocator import assignments_from, route_of
 from gazette.client import BrokerError, JournalClient, RetryPolicy
-from gazette.keyspace import Etcd, KeySpace, KeyValue, Layout
-from gazette.keyspace.specs import MAX_TXN_OPS, Decoder, apply_changes
+from gazette.keyspace import MAX_TXN_OPS, Decoder, Etcd, KeySpace, KeyValue, Layout, apply_changes
 from gazette.labels import LabelSet
-from gazette.local.etcd import EmbeddedEtcd
-from gazette.local.process import free_port, log_tail
-from gazette.protocol import JournalSpec
-from gazette.protocol.trees import SpecChange, journal_changes_from_yaml
+from gazette.local import EmbeddedEtcd, free_port, log_tail
+from gazette.protocol import JournalSpec, SpecChange, journal_changes_from_yaml
 
 CONVERGE_PREFIX = "/gazette/bench-scale-2k"
 CONVERGE_JOURNALS, CONVERGE_REPLICATION = 2000, 3

@@ -56,7 +56,8 @@ from typing import Any
 
 from gazette.fragment import Fragment, compress
 from gazette.fragment.store import FileStore
-from gazette.message.uuid import Clock, Flags, build, to_str
+from gazette.message import Clock, Flags
+from gazette.message import uuid as uuids
 from gazette.protocol import CompressionCodec
 
 MiB = 1 << 20
@@ -133,8 +134,8 @@ def json_fragments(journal: str, rng: random.Random, volume: int, fragment_size:
         target = min(fragment_size, volume - written)
         while size < target:
             p = rng.randrange(PRODUCERS)
-            u = build(producers[p], clocks[p].tick(), outside)
-            line = f'{{"uuid": "{to_str(u)}", "word": "{rng.choice(WORDS)}", "n": {n}}}\n' \
+            u = uuids.build(producers[p], clocks[p].tick(), outside)
+            line = f'{{"uuid": "{uuids.to_str(u)}", "word": "{rng.choice(WORDS)}", "n": {n}}}\n' \
                 .encode()
             n += 1
             lines.append(line)

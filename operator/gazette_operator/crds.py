@@ -21,10 +21,9 @@ from typing import Any
 import yaml
 
 from gazette import names
+from gazette.protocol import INT64_MAX, MAX_DURATION
 from gazette.protocol import journal_spec as js
 from gazette.protocol import shard_spec as ss
-from gazette.protocol.durations import MAX_DURATION
-from gazette.protocol.fields import INT64_MAX
 
 GROUP = "gazette-py.dev"
 VERSION = "v1alpha1"

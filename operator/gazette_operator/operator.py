@@ -28,8 +28,7 @@ from prometheus_client import Counter
 
 from gazette.allocator import assignments_from, route_of
 from gazette.errors import GazetteError, ValidationError
-from gazette.keyspace import Etcd
-from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT
+from gazette.keyspace import BROKER_ROOT, CONSUMER_ROOT, Etcd
 from gazette_operator.crds import GROUP, VERSION
 from gazette_operator.sync import (
     JOURNAL_KIND,

@@ -14,9 +14,16 @@ from typing import Any
 
 from gazette.allocator import Route, assignments_of, route_of
 from gazette.errors import ValidationError
-from gazette.keyspace import Etcd, KeySpace, Layout, Txn, TxnConflict
-from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT
-from gazette.keyspace.specs import encode_item
+from gazette.keyspace import (
+    BROKER_ROOT,
+    CONSUMER_ROOT,
+    Etcd,
+    KeySpace,
+    Layout,
+    Txn,
+    TxnConflict,
+    encode_item,
+)
 from gazette.protocol import JournalSpec, ShardSpec
 
 JOURNAL_KIND, SHARD_KIND = "JournalSpec", "ShardSpec"

@@ -28,8 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from gazette.message import framing_for
-from gazette.message.base import Frame
+from gazette.message import Frame, framing_for
 from gazette_spark.uuids import UuidColumns, from_ints, parse_text_column, text_of
 
 log = logging.getLogger(__name__)

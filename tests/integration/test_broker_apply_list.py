@@ -17,7 +17,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, journal_spec_to_pb, selector_to_pb
 from gazette.protocol.trees import journal_changes_from_yaml
-from gazette_broker.service import JournalService, add_journal_service
+from gazette_broker import JournalService, add_journal_service
 
 pytestmark = pytest.mark.integration
 

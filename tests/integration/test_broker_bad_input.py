@@ -31,8 +31,8 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import journal_spec_to_pb
 from gazette.protocol.trees import journal_changes_from_yaml
+from gazette_broker import BrokerServer
 from gazette_broker.replica import APPENDS
-from gazette_broker.server import BrokerServer
 from tests.fixtures.broker import broker_config
 from tests.fixtures.relay import Relay
 

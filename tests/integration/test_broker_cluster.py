@@ -12,7 +12,7 @@ import pytest
 from gazette.client import AppendUncertain, JournalClient
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from tests.fixtures.broker import applied, consistent, read_all
 from tests.fixtures.polling import eventually
 

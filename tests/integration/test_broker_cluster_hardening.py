@@ -20,8 +20,7 @@ from gazette.keyspace import Txn
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker import pipeline
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer, pipeline
 from tests.fixtures.broker import applied, broker_config, consistent, read_all
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import run_process

@@ -32,8 +32,8 @@ from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec
 from gazette.protocol.trees import SpecChange, journal_changes_from_yaml
 from gazette.supervise import TaskFailed
+from gazette_broker import BrokerServer
 from gazette_broker import replica as replica_module
-from gazette_broker.server import BrokerServer
 from tests.fixtures.broker import broker_config
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import run_process
@@ -242,7 +242,7 @@ async def test_the_allocator_is_restarted_after_etcd_fails(
             broker(etcd_server, etcd_prefix, tmp_path) as server:
         relayed = Etcd(f"http://{relay.address}", timeout=1.0)
         await relayed.connect()
-        allocator = server.allocator
+        allocator = server.membership.allocator
         await server.broker.supervisor.stop("allocator")
         allocator.etcd = relayed  # its writes now go through the relay
         server.broker.supervisor.spawn("allocator", allocator.run,

@@ -11,7 +11,7 @@ import logging
 import aiohttp
 import pytest
 
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 
 pytestmark = pytest.mark.integration
 

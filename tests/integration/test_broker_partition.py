@@ -14,7 +14,7 @@ from gazette.allocator import assignments_of, route_of
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from tests.fixtures.broker import broker_config
 from tests.fixtures.polling import eventually
 from tests.fixtures.relay import Relay

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ import pytest
 
 from gazette.keyspace import Etcd, Layout
 from gazette.keyspace.specs import apply_changes
+from gazette.local import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 from gazette.local.etcd import EmbeddedEtcd
-from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML
 from gazette.protocol.trees import journal_changes_from_yaml
 from gazette_broker.dev import EXIT_DONE, SERVING_STOP
 from tests.fixtures.procs import free_port
@@ -102,6 +103,12 @@ async def test_dev_up_runs_the_tutorial_and_exits(tmp_path: Path) -> None:
     assert '{"Msg": "Hello, Gazette!"}\n{"Msg": "See you later alligator"}' in text
     assert 'Gazette!"}\n{"Msg": "See you later alligator"}' in text
     assert "every race 1-20 landed intact: True" in text
+    # The specs folded into a tree, the tutorial's label selections, a stale edit refused.
+    assert "\n  - name: foobar/part-000\n" in text, text
+    for selector, selected in TUTORIAL_SELECTIONS:
+        assert re.search(rf"-l {re.escape(repr(selector))}\s+-> "
+                         rf"{re.escape(', '.join(selected))}\n", text), selector
+    assert "A second edit of example/journal at its old revision is refused" in text
     assert list((tmp_path / "fragment-store" / "example" / "journal").glob("*.sz"))
     # Three brokers in two zones; the replicated journal is on all three, identically.
     brokers = [line for line in text.splitlines() if line.startswith("  broker ")]

@@ -11,12 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gazette.cluster import local as local_items
 from gazette.fragment import Fragment, decompress
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker import broker as broker_module
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from tests.fixtures.broker import broker_config
 from tests.fixtures.s3 import S3Server
 
@@ -134,7 +134,7 @@ async def test_s3_outage_loses_nothing_and_a_later_broker_serves_it(
     # and says why, until the store can be listed again. (Its own retries are held off
     # while the test's S3 restarts: this S3 comes back empty and is refilled object by
     # object, which no real store does; a spec change makes it try again instead.)
-    monkeypatch.setattr(broker_module, "OPEN_RETRY_SECONDS", 3600)
+    monkeypatch.setattr(local_items, "OPEN_RETRY_SECONDS", 3600)
     await asyncio.to_thread(s3.stop)
     second = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path / "b2"))
     await second.start()

@@ -20,7 +20,7 @@ from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol.convert import duration_to_pb
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 
 pytestmark = pytest.mark.integration
 

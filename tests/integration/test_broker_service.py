@@ -14,8 +14,8 @@ from gazette.labels import Selector
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, selector_to_pb
+from gazette_broker import JournalService, add_journal_service
 from gazette_broker.replica import Replica
-from gazette_broker.service import JournalService, add_journal_service
 
 pytestmark = pytest.mark.integration
 

@@ -55,8 +55,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.protocol import JournalSpec
 from gazette.protocol.content import AppendContent
 from gazette.protocol.trees import SpecChange
-from gazette_broker.server import BrokerServer
-from gazette_broker.service import JournalService, add_journal_service
+from gazette_broker import BrokerServer, JournalService, add_journal_service
 from tests.fixtures.broker import persist
 from tests.fixtures.relay import Relay
 from tests.fixtures.s3 import S3Bucket

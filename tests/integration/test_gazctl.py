@@ -24,7 +24,7 @@ import yaml
 from gazette.gazctl.__main__ import run_async
 from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 from gazette.message.framing.fixed import FIXED_FRAME_MAGIC
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from tests.fixtures.procs import run_process
 
 pytestmark = pytest.mark.integration

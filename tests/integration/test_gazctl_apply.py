@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from tests.fixtures.polling import eventually
 from tests.integration.test_gazctl import gazctl, names_in
 

@@ -23,7 +23,7 @@ from gazette.client import JournalClient
 from gazette.keyspace import Etcd
 from gazette.keyspace.specs import decode_journal
 from gazette.local.etcd import EmbeddedEtcd
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from gazette_operator import crds
 from gazette_operator.operator import Config, build_registry
 from tests.fixtures.kube import Emulator

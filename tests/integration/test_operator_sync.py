@@ -15,7 +15,7 @@ import yaml
 from gazette.errors import ValidationError
 from gazette.keyspace import Etcd, Layout
 from gazette.keyspace.specs import decode_journal, decode_shard
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from gazette_operator.sync import (
     JOURNAL_KIND,
     SHARD_KIND,

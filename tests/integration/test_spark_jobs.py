@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gazette.client import JournalClient
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from gazette_spark import audit, export, word_count
 from tests.fixtures.broker import persist
 

@@ -28,7 +28,7 @@ from gazette.message import (
     read_uncommitted,
 )
 from gazette.message.uuid import Flags, build, to_str
-from gazette_broker.server import BrokerServer
+from gazette_broker import BrokerServer
 from tests.fixtures.broker import persist
 from tests.fixtures.s3 import S3Bucket
 from tests.unit.message.test_types import TextEvent

@@ -9,12 +9,13 @@ from gazette.client.fetch import FetchError, fetch_fragment
 from gazette.client.journal import JournalClient
 from gazette.client.queue import AppendQueue, QueueClosed
 from gazette.client.results import AppendResult, ReadChunk
-from gazette.client.retry import RetryPolicy
+from gazette.client.retry import RETRYABLE_STATUSES, RetryPolicy
 from gazette.client.specs import Applied, FragmentInfo, ListedJournal, Listing
 from gazette.client.wire import parse_address
 from gazette.protocol import Route
 
 __all__ = [
+    "RETRYABLE_STATUSES",
     "AppendContent",
     "AppendQueue",
     "AppendResult",

@@ -5,6 +5,7 @@ A fragment is a byte range of a journal holding whole appends, named in stores b
 ``<journal>/<begin>-<end>-<sha1><ext>``; see `Fragment`.
 """
 
+from gazette.fragment.cache import FragmentCache
 from gazette.fragment.codec import (
     CodecError,
     Compressor,
@@ -22,11 +23,13 @@ from gazette.fragment.fragment import (
     fragment_to_pb,
 )
 from gazette.fragment.index import FragmentSet, JournalClosed, JournalIndex, from_listing
-from gazette.fragment.persister import Persister
-from gazette.fragment.spool import ClosedSpool, Spool
+from gazette.fragment.persister import DEFAULT_MAX_PENDING_BYTES, Persister
+from gazette.fragment.spool import ClosedSpool, Spool, read_file
+from gazette.fragment.summer import ThreadedSha1
 
 __all__ = [
     "CODEC_EXTENSIONS",
+    "DEFAULT_MAX_PENDING_BYTES",
     "EMPTY_SHA1",
     "ClosedSpool",
     "CodecError",
@@ -34,15 +37,18 @@ __all__ = [
     "CorruptFragment",
     "Decompressor",
     "Fragment",
+    "FragmentCache",
     "FragmentSet",
     "JournalClosed",
     "JournalIndex",
     "Persister",
     "Sha1Verifier",
     "Spool",
+    "ThreadedSha1",
     "compress",
     "decompress",
     "fragment_from_pb",
     "fragment_to_pb",
     "from_listing",
+    "read_file",
 ]

@@ -2,11 +2,16 @@
 
 from gazette.keyspace.etcd import Etcd, EtcdError, Event, KeyValue, RangeResult
 from gazette.keyspace.keyspace import Entry, KeySpace
-from gazette.keyspace.layout import Layout
+from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT, Layout
 from gazette.keyspace.lease import Lease, LeaseLost
+from gazette.keyspace.specs import MAX_TXN_OPS, Decoder, apply_changes, encode_item
 from gazette.keyspace.txn import Txn, TxnConflict, TxnResult
 
 __all__ = [
+    "BROKER_ROOT",
+    "CONSUMER_ROOT",
+    "MAX_TXN_OPS",
+    "Decoder",
     "Entry",
     "Etcd",
     "EtcdError",
@@ -20,4 +25,6 @@ __all__ = [
     "Txn",
     "TxnConflict",
     "TxnResult",
+    "apply_changes",
+    "encode_item",
 ]

@@ -31,9 +31,7 @@ from typing import Any
 
 from gazette.cluster import Announcer, Channels, LocalItems, NotReady, Resolver
 from gazette.errors import ValidationError
-from gazette.fragment import Persister
-from gazette.fragment.cache import FragmentCache
-from gazette.fragment.persister import DEFAULT_MAX_PENDING_BYTES
+from gazette.fragment import DEFAULT_MAX_PENDING_BYTES, FragmentCache, Persister
 from gazette.fragment.store import FragmentStore, StoreError, store_for
 from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout
 from gazette.protocol import JournalSpec, ProcessId

@@ -12,12 +12,10 @@ import asyncio
 import contextlib
 import gc
 import importlib.metadata
-import json
 import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,9 @@ from typing import Any
 import uvloop
 
 from gazette.errors import GazetteError
-from gazette.keyspace.lease import LeaseLost
+from gazette.keyspace import LeaseLost
 from gazette.supervise import TaskFailed
+from gazette_broker.logs import add_log_flags, setup_logging
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 log = logging.getLogger("gazette_broker")
@@ -83,37 +82,6 @@ def _env_default(env: str, convert: Callable[[str], Any], fallback: Any) -> Any:
     except ValueError:
         raise SystemExit(f"gazette: ${env}={raw!r} is not a valid "
                          f"{getattr(convert, '__name__', 'value')}") from None
-
-
-def add_log_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log.level", dest="log_level",
-                        default=os.environ.get("LOG_LEVEL", "info"),
-                        choices=["debug", "info", "warn", "warning", "error"],
-                        help="log level [$LOG_LEVEL] (default: info)")
-    parser.add_argument("--log.format", dest="log_format",
-                        default=os.environ.get("LOG_FORMAT", "text"), choices=["text", "json"],
-                        help="log format [$LOG_FORMAT] (default: text)")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the exception)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-               + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
-               "logger": record.name, "msg": record.getMessage()}
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)-5s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING if level.startswith("warn") else level.upper())
 
 
 #: The distribution whose version ``gazette --version`` shows (pyproject.toml's name).

@@ -27,11 +27,13 @@ import aiohttp
 import grpc
 
 from gazette.fragment import fragment_from_pb
-from gazette.local.etcd import EmbeddedEtcd
-from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML
+from gazette.keyspace import TxnConflict, apply_changes
+from gazette.labels import Selector, journal_labels
+from gazette.local import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS, EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette.protocol.trees import journal_changes_from_yaml
+from gazette.protocol import JournalSpec, SpecChange, journal_changes_from_yaml, specs_to_yaml
+from gazette_broker.logs import add_log_flags
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 JOURNAL = "example/journal"
@@ -58,7 +60,6 @@ def add_dev_parser(sub: Any) -> None:
     up.add_argument("--etcd-port", type=int, default=0, help="etcd port (default: free)")
     up.add_argument("--exit", action="store_true",
                     help="stop once the tutorial has run, instead of serving until Ctrl-C")
-    from gazette_broker.cli import add_log_flags
     add_log_flags(up)
     up.set_defaults(run=dev_up)
 
@@ -226,6 +227,7 @@ async def tutorial(servers: list[BrokerServer], out: TextIO) -> None:
         print(f"\n$ gazctl journals apply  # the tutorial's journals\n"
               f"applied {len(changes)} journals at revision {revision}", file=out)
     await server.wait_routed({c.name for c in changes})
+    await specs_and_selections(server, {c.name for c in changes}, out)
 
     url = f"{server.http_url}/{JOURNAL}"
     async with aiohttp.ClientSession() as http:
@@ -273,6 +275,29 @@ async def tutorial(servers: list[BrokerServer], out: TextIO) -> None:
     print("\n$ ls -R fragment-store/\n" + "\n".join(f"  {p}" for p in stored), file=out)
     if len(servers) >= 3:
         await replicated(servers, out)
+
+
+async def specs_and_selections(server: BrokerServer, names: set[str], out: TextIO) -> None:
+    """The specs as ``gazctl journals list --format yaml`` folds them, the tutorial's
+    label selections, and a stale edit refused (optimistic concurrency)."""
+    journals = [(e.value, e.mod_revision) for e in server.keyspace.prefixed(server.layout.items)
+                if isinstance(e.value, JournalSpec) and e.value.name in names]
+    print("\n$ gazctl journals list --format yaml  # folded into the smallest tree", file=out)
+    print(specs_to_yaml(journals).rstrip(), file=out)
+    print("\n$ gazctl journals list -l SELECTOR  # selecting journals by label", file=out)
+    for text, _ in TUTORIAL_SELECTIONS:
+        selector = Selector.parse(text)
+        selected = [spec.name for spec, _ in journals
+                    if selector.matches(journal_labels(spec.name, spec.labels))]
+        print(f"  -l {text!r:48} -> {', '.join(selected) or '(none)'}", file=out)
+    spec, seen = next((s, r) for s, r in journals if s.name == JOURNAL)
+    edit = [SpecChange(spec.name, seen, spec)]
+    await apply_changes(server.etcd, server.layout, edit)
+    try:
+        await apply_changes(server.etcd, server.layout, edit)
+    except TxnConflict as err:
+        print(f"\nA second edit of {spec.name} at its old revision is refused:\n  {err}",
+              file=out)
 
 
 async def replicated(servers: list[BrokerServer], out: TextIO) -> None:

@@ -39,9 +39,15 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from gazette import names
-from gazette.client import AppendResult, JournalClient, ReadChunk
-from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
-from gazette.client.retry import RETRYABLE_STATUSES
+from gazette.client import (
+    RETRYABLE_STATUSES,
+    AppendResult,
+    AppendUncertain,
+    BrokerError,
+    JournalClient,
+    ReadChunk,
+    Unavailable,
+)
 from gazette.cluster import CLOSED_DELETED
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed

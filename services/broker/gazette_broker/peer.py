@@ -16,19 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 
-from gazette.fragment import Fragment, JournalIndex, Spool
-from gazette.fragment.fragment import fragment_from_pb, fragment_to_pb
-from gazette.fragment.summer import ThreadedSha1
+from gazette.fragment import (
+    Fragment,
+    JournalIndex,
+    Spool,
+    ThreadedSha1,
+    fragment_from_pb,
+    fragment_to_pb,
+)
 from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import (
     CompressionCodec,
     JournalSpec,
     ProcessId,
+    ReplicateContent,
     labels_from_pb,
     labels_to_pb,
 )
-from gazette.protocol.content import ReplicateContent
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor

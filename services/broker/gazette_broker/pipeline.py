@@ -21,12 +21,15 @@ from prometheus_client import Counter
 
 from gazette.allocator import Route
 from gazette.cluster import Channels
-from gazette.fragment import Fragment
-from gazette.fragment.fragment import fragment_to_pb
+from gazette.fragment import Fragment, fragment_to_pb
 from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import ProcessId, labels_to_pb
-from gazette.protocol.content import encode_replicate_content, encode_replicate_request
+from gazette.protocol import (
+    ProcessId,
+    encode_replicate_content,
+    encode_replicate_request,
+    labels_to_pb,
+)
 from gazette_broker.errors import StatusError
 
 PIPELINES = Counter("gazette_broker_pipelines_opened_total",

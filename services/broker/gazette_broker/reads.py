@@ -28,10 +28,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
-from gazette.client.results import ReadChunk
-from gazette.fragment import Fragment, JournalClosed, JournalIndex, Spool
-from gazette.fragment.cache import FragmentCache
-from gazette.fragment.spool import read_file
+from gazette.client import ReadChunk
+from gazette.fragment import Fragment, FragmentCache, JournalClosed, JournalIndex, Spool, read_file
 from gazette.fragment.store import FragmentStore, StoreError
 from gazette.protocol import JournalSpec
 from gazette_broker.errors import StatusError

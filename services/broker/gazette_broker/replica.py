@@ -38,13 +38,10 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from gazette.allocator import Route
-from gazette.client.errors import AppendUncertain
-from gazette.client.results import AppendResult
+from gazette.client import AppendResult, AppendUncertain
 from gazette.cluster import Resolution
-from gazette.fragment import Fragment, JournalIndex, Persister, Spool
-from gazette.fragment.cache import FragmentCache
+from gazette.fragment import Fragment, FragmentCache, JournalIndex, Persister, Spool, ThreadedSha1
 from gazette.fragment.store import FragmentStore, StoreError
-from gazette.fragment.summer import ThreadedSha1
 from gazette.labels import LabelSet, Selector
 from gazette.protocol import CompressionCodec, JournalSpec
 from gazette_broker.errors import AppendError, AppendStalled

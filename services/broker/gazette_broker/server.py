@@ -36,11 +36,9 @@ from gazette.cluster import (
     DEFAULT_LEASE_TTL,
     Membership,
 )
-from gazette.fragment.persister import DEFAULT_MAX_PENDING_BYTES
-from gazette.keyspace import Etcd, KeySpace, Layout, Lease
-from gazette.keyspace.specs import Decoder, apply_changes
-from gazette.protocol import JournalSpec, MemberSpec, ProcessId
-from gazette.protocol.trees import journal_changes_from_yaml
+from gazette.fragment import DEFAULT_MAX_PENDING_BYTES
+from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, Lease, apply_changes
+from gazette.protocol import JournalSpec, MemberSpec, ProcessId, journal_changes_from_yaml
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE

@@ -20,11 +20,7 @@ from typing import Any, cast
 import grpc
 
 from gazette.pb import broker_pb2_grpc
-from gazette.protocol.content import (
-    decode_append_request,
-    decode_replicate_request,
-    encode_read_response,
-)
+from gazette.protocol import decode_append_request, decode_replicate_request, encode_read_response
 from gazette_broker.service_appends import AppendRpcs
 from gazette_broker.service_reads import ReadRpcs
 from gazette_broker.service_specs import SpecRpcs

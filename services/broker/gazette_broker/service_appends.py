@@ -15,7 +15,7 @@ import grpc
 
 from gazette import names
 from gazette.allocator import route_from_pb
-from gazette.client.errors import AppendUncertain
+from gazette.client import AppendUncertain
 from gazette.cluster import (
     FORWARDED,
     PROXY_ANSWER_SECONDS,
@@ -23,19 +23,17 @@ from gazette.cluster import (
     proxied,
 )
 from gazette.errors import ValidationError
-from gazette.fragment.fragment import fragment_to_pb
+from gazette.fragment import fragment_to_pb
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import (
+    APPEND_CONTENT_FIELD,
+    AppendContent,
     JournalSpec,
+    ReplicateContent,
+    content_field,
     labels_from_pb,
     labels_to_pb,
     selector_from_pb,
-)
-from gazette.protocol.content import (
-    APPEND_CONTENT_FIELD,
-    AppendContent,
-    ReplicateContent,
-    content_field,
 )
 from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.service_routing import JournalRouting

@@ -20,14 +20,10 @@ from gazette.cluster import (
     proxied,
 )
 from gazette.errors import ValidationError
-from gazette.fragment import CorruptFragment, JournalClosed
-from gazette.fragment.fragment import fragment_to_pb
+from gazette.fragment import CorruptFragment, JournalClosed, fragment_to_pb
 from gazette.fragment.store import StoreError
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol.content import (
-    ReadContent,
-)
-from gazette.protocol.convert import duration_from_pb
+from gazette.protocol import ReadContent, duration_from_pb
 from gazette_broker.reads import ReadError
 from gazette_broker.replica import Replica
 from gazette_broker.service_routing import JournalRouting

@@ -13,18 +13,17 @@ import grpc
 
 from gazette import names
 from gazette.errors import ValidationError
-from gazette.keyspace import Entry, Event, TxnConflict
-from gazette.keyspace.specs import apply_changes
+from gazette.keyspace import Entry, Event, TxnConflict, apply_changes
 from gazette.labels import Selector, journal_labels
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import (
     JournalSpec,
     MemberSpec,
+    SpecChange,
     journal_spec_from_pb,
     journal_spec_to_pb,
     selector_from_pb,
 )
-from gazette.protocol.trees import SpecChange
 from gazette_broker.service_routing import JournalRouting
 
 log = logging.getLogger(__name__)

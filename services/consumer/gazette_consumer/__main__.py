@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gazette.keyspace.layout import CONSUMER_ROOT
+from gazette.keyspace import CONSUMER_ROOT
 
 NOT_IMPLEMENTED = "the consumer runtime is not implemented yet"
 
