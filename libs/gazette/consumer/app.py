@@ -1,0 +1,93 @@
+"""The application API: what a consumer application supplies, and the shard it gets.
+
+An application subclasses `Application` and overrides `consume_message` (called for each
+read-committed message of the shard's sources, inside a transaction) and, usually,
+`finalize_txn` (the transaction closes: flush aggregates into the store, publish). Both
+may be plain functions or coroutines. `new_store` gives each shard its store (in memory by
+default); `message_type` the message type of a source journal (by default, what the
+journal's framing decodes: a dict for JSON lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from gazette.consumer.store import MemoryStore, Store
+from gazette.message import Envelope, Publisher
+from gazette.protocol import JournalSpec, ShardSpec
+
+
+@dataclass
+class Progress:
+    """How far a shard has come: offsets read through per source journal as of its
+    last committed transaction, and counts of transactions and messages."""
+
+    committed: dict[str, int] = field(default_factory=dict)
+    transactions: int = 0
+    messages: int = 0
+    #: Set (and replaced) whenever a transaction commits: `wait_committed` waits on it.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def restored(self, offsets: dict[str, int]) -> None:
+        """The shard starts from a checkpoint through `offsets`."""
+        self.committed = dict(offsets)
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    def record(self, offsets: dict[str, int], messages: int) -> None:
+        """A transaction committed through `offsets`, having consumed `messages`."""
+        self.committed = dict(offsets)
+        self.transactions += 1
+        self.messages += messages
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    async def wait_committed(self, through: dict[str, int]) -> None:
+        """Return once every journal of `through` is committed through its offset."""
+        while not all(self.committed.get(j, 0) >= o for j, o in through.items()):
+            await self.changed.wait()
+
+
+@dataclass
+class Shard:
+    """What an application gets of a shard: its `spec`, the `publisher` its messages go
+    through (uncommitted within the transaction, acknowledged once it commits), its
+    `progress`, and `stopping` (set when the shard is being stopped here)."""
+
+    spec: ShardSpec
+    publisher: Publisher
+    progress: Progress = field(default_factory=Progress)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+
+class Application:
+    """Base of consumer applications: override what you need."""
+
+    def new_store(self, shard: Shard) -> Store:
+        """The store of `shard` (called once each time the shard starts here)."""
+        return MemoryStore()
+
+    def message_type(self, journal: JournalSpec) -> Any:
+        """The message type to decode `journal` into (None: the framing's default)."""
+        return None
+
+    def begin_txn(self, shard: Shard, store: Any) -> Any:
+        """A transaction begins (a message is ready)."""
+
+    def consume_message(self, shard: Shard, store: Any, envelope: Envelope,
+                        publisher: Publisher) -> Any:
+        """One read-committed message, within the open transaction."""
+        raise NotImplementedError(f"{type(self).__name__} must define consume_message")
+
+    def finalize_txn(self, shard: Shard, store: Any, publisher: Publisher) -> Any:
+        """The transaction closes: write what it aggregated into `store`, publish."""
+
+    def finished_txn(self, shard: Shard, store: Any, committed: asyncio.Future[None]
+                     ) -> Any:
+        """The transaction's commit has started; `committed` resolves when it is done."""

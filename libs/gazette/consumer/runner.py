@@ -1,0 +1,286 @@
+"""Running a shard as its primary: restore, acknowledge again, read, transact, commit.
+
+`ShardRunner.run()` restores the store's checkpoint, appends its ACK intents again (they
+commit what the last transaction published, if its ACKs were lost), restores the
+Sequencer from its producer states, and reads every source journal from its checkpointed
+offset (at least its `min_offset`), read-uncommitted, into a bounded queue of batches.
+
+Transactions then run one after another, each:
+
+- begins when a batch is ready; every message the Sequencer releases from it (committed,
+  each once) goes to ``consume_message``;
+- takes more batches while they are ready at once, until ``max_txn_duration``; at a
+  stall it closes once ``min_txn_duration`` has passed and the previous commit is done
+  (so at low rates a transaction is one batch and latency stays low; at high rates it
+  grows to thousands of messages);
+- closes: ``finalize_txn``, then the checkpoint (offsets read through, producer states,
+  the ACK intents of what the transaction published) goes to the store's commit, which
+  first waits for the transaction's appends. The next transaction runs meanwhile
+  (pipelined); once the commit is done the ACKs are appended, and the next commit waits
+  for them (a checkpoint never drops intents whose ACKs are not yet written).
+
+A failed commit or ACK fails the run (the shard is marked failed by its owner); a
+transaction whose messages were consumed but not committed is consumed again after a
+restart, from the store's last checkpoint: effects in the store happen exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from gazette.client import JournalClient
+from gazette.consumer.app import Application, Shard
+from gazette.consumer.checkpoint import Checkpoint
+from gazette.consumer.store import Store
+from gazette.errors import GazetteError
+from gazette.message import (
+    AckIntent,
+    AppendClient,
+    Envelope,
+    Framing,
+    Publisher,
+    Sequencer,
+    drain,
+    framing_for,
+    read_uncommitted,
+)
+from gazette.protocol import JournalSpec
+
+log = logging.getLogger(__name__)
+
+TXN_SECONDS = Histogram("gazette_consumer_txn_seconds",
+                        "Consumer transactions: from their first message to their close",
+                        buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
+TXN_MESSAGES = Histogram("gazette_consumer_txn_messages",
+                         "Messages consumed per consumer transaction",
+                         buckets=(1, 10, 100, 1000, 10_000, 100_000))
+COMMIT_SECONDS = Histogram("gazette_consumer_commit_seconds",
+                           "Consumer transactions: from their close to their commit and ACKs",
+                           buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
+MESSAGES = Counter("gazette_consumer_messages_total",
+                   "Read-committed messages consumed by shards")
+
+#: Batches (each up to about a read chunk of messages) read ahead per shard.
+READ_AHEAD_BATCHES = 8
+
+Batch = tuple[str, list[Envelope]]
+
+
+class SourceError(GazetteError):
+    """A source journal of a shard cannot be read (it does not exist, or has no framing
+    for its content type): the message names the shard and the journal."""
+
+
+class _Appends:
+    """The Publisher's append client: collects the appends of each transaction, for
+    its commit to wait on."""
+
+    def __init__(self, inner: AppendClient) -> None:
+        self.inner = inner
+        self.pending: list[asyncio.Future[Any]] = []
+
+    def append(self, journal: str, data: bytes) -> asyncio.Future[Any]:
+        fut = self.inner.append(journal, data)
+        self.pending.append(fut)
+        return fut
+
+    def take(self) -> list[asyncio.Future[Any]]:
+        out, self.pending = self.pending, []
+        return out
+
+
+async def _maybe(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+class ShardRunner:
+    """Runs `shard` of `app` as primary: reads its sources through `client`, appends
+    what it publishes (and ACKs) through `appender` (an `AppendQueue`, say)."""
+
+    def __init__(self, shard_spec: Any, app: Application, client: JournalClient,
+                 appender: AppendClient) -> None:
+        self.app, self.client, self.appender = app, client, appender
+        self._appends = _Appends(appender)
+        self.shard = Shard(shard_spec, Publisher(self._appends))
+        self._carry: Batch | None = None  # a batch taken while a transaction closed
+        #: The last transaction's commit and ACKs, owned here (cancelled with the run).
+        self._committing: asyncio.Future[None] | None = None
+
+    @property
+    def spec(self) -> Any:
+        return self.shard.spec
+
+    async def run(self) -> None:
+        """Until cancelled (or a failure, raised)."""
+        store: Store = await _maybe(self.app.new_store(self.shard))
+        try:
+            checkpoint = await store.restore_checkpoint()
+            await self._acknowledge([AckIntent(j, d) for j, d in
+                                     checkpoint.ack_intents.items()])
+            sequencer = Sequencer(checkpoint.producers, buffer=self.spec.ring_buffer_size)
+            offsets = {s.journal: max(checkpoint.sources.get(s.journal, 0), s.min_offset)
+                       for s in self.spec.sources}
+            self.shard.progress.restored(offsets)
+            framings = {j: await self._framing(j) for j in offsets}
+            queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=READ_AHEAD_BATCHES)
+            async with asyncio.TaskGroup() as group:
+                for journal, offset in offsets.items():
+                    group.create_task(self._read(journal, offset, framings[journal], queue),
+                                      name=f"read:{self.spec.id}:{journal}")
+                await self._transact(store, sequencer, offsets, framings, queue)
+        finally:
+            if self._committing is not None and not self._committing.done():
+                self._committing.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._committing
+            await store.close()
+
+    async def _framing(self, journal: str) -> Framing:
+        listing = await self.client.list(f"name={journal}")
+        spec = next((j.spec for j in listing.journals if j.spec.name == journal), None)
+        if spec is None:
+            raise SourceError(f"shard {self.spec.id}: source journal {journal} does not "
+                              "exist")
+        return self._framing_of(spec)
+
+    def _framing_of(self, spec: JournalSpec) -> Framing:
+        content_type = (spec.labels.values("content-type") or ("",))[0]
+        message_type = self.app.message_type(spec)
+        try:
+            if message_type is None:
+                return framing_for(content_type)
+            return framing_for(content_type, message_type=message_type)
+        except GazetteError as err:
+            raise SourceError(f"shard {self.spec.id}: source journal {spec.name}: "
+                              f"{err}") from None
+
+    async def _read(self, journal: str, offset: int, framing: Framing,
+                    queue: asyncio.Queue[Batch]) -> None:
+        async with contextlib.aclosing(self.client.read(journal, offset, block=True)) as chunks:
+            async for batch in read_uncommitted(journal, _contents(chunks), framing, offset):
+                await queue.put((journal, batch))
+
+    def _replay(self, framings: dict[str, Framing]
+                ) -> Callable[[str, int, int], AsyncIterator[list[Envelope]]]:
+        async def replay(journal: str, begin: int, end: int) -> AsyncIterator[list[Envelope]]:
+            async with contextlib.aclosing(
+                    self.client.read(journal, begin, end_offset=end)) as chunks:
+                async for batch in read_uncommitted(journal, _contents(chunks),
+                                                    framings[journal], begin):
+                    yield batch
+        return replay
+
+    async def _acknowledge(self, intents: list[AckIntent]) -> None:
+        if intents:
+            await asyncio.gather(*(self.appender.append(i.journal, i.data)
+                                   for i in intents))
+
+    async def _transact(self, store: Store, sequencer: Sequencer, offsets: dict[str, int],
+                        framings: dict[str, Framing], queue: asyncio.Queue[Batch]) -> None:
+        loop = asyncio.get_running_loop()
+        app, shard, publisher = self.app, self.shard, self.shard.publisher
+        consume = app.consume_message
+        consume_async = inspect.iscoroutinefunction(consume)
+        replay = self._replay(framings)
+        max_txn = self.spec.max_txn_duration.total_seconds()
+        min_txn = self.spec.min_txn_duration.total_seconds()
+        previous: asyncio.Future[None] | None = None
+        while True:
+            batch = self._carry or await queue.get()
+            self._carry = None
+            envelopes = await self._sequence(batch, sequencer, replay, offsets)
+            if not envelopes:
+                continue  # nothing committed yet: no transaction (the offsets go with the next)
+            started = loop.time()
+            await _maybe(app.begin_txn(shard, store))
+            count = 0
+            while True:
+                for env in envelopes:
+                    if consume_async:
+                        await consume(shard, store, env, publisher)
+                    else:
+                        consume(shard, store, env, publisher)
+                count += len(envelopes)
+                item = await self._next(queue, previous, started + min_txn, started + max_txn)
+                if item is None:
+                    break
+                envelopes = await self._sequence(item, sequencer, replay, offsets)
+            await _maybe(app.finalize_txn(shard, store, publisher))
+            closed = loop.time()
+            TXN_SECONDS.observe(closed - started)
+            TXN_MESSAGES.observe(count)
+            MESSAGES.inc(count)
+            intents = publisher.build_ack_intents()
+            checkpoint = Checkpoint.of(offsets, sequencer.producer_states(), intents)
+            if previous is not None:
+                await previous  # its commit and ACKs: a failure is raised here
+            log.debug("shard %s: transaction of %d messages closes through %s", shard.id,
+                      count, offsets)
+            commit = store.start_commit(checkpoint, self._appends.take())
+            await _maybe(app.finished_txn(shard, store, commit))
+            previous = self._committing = asyncio.ensure_future(
+                self._committed(commit, intents, dict(offsets), count, closed))
+
+    @staticmethod
+    async def _sequence(batch: Batch, sequencer: Sequencer, replay: Any,
+                        offsets: dict[str, int]) -> list[Envelope]:
+        """The committed envelopes `batch` releases, each once; its journal's offset
+        moves past it."""
+        journal, envelopes = batch
+        sequencer.queue_all(envelopes)
+        out = await drain(sequencer, replay)
+        offsets[journal] = envelopes[-1].end
+        return out
+
+    async def _next(self, queue: asyncio.Queue[Batch], previous: asyncio.Future[None] | None,
+                    min_at: float, max_at: float) -> Batch | None:
+        """The next batch of the open transaction, or None to close it: at
+        `max_at`, or at a stall once `min_at` has passed and `previous` committed."""
+        loop = asyncio.get_running_loop()
+        getter: asyncio.Future[Batch] | None = None
+        try:
+            while True:
+                if getter is not None and getter.done():
+                    batch = getter.result()
+                    getter = None
+                    return batch
+                now = loop.time()
+                if now >= max_at:
+                    return None
+                if getter is None and not queue.empty():
+                    return queue.get_nowait()
+                if now >= min_at and (previous is None or previous.done()):
+                    return None
+                if getter is None:
+                    getter = asyncio.ensure_future(queue.get())
+                waits: set[asyncio.Future[Any]] = {getter}
+                if previous is not None and not previous.done():
+                    waits.add(previous)
+                await asyncio.wait(waits, timeout=(min_at if now < min_at else max_at) - now,
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if getter is not None:
+                if getter.done() and not getter.cancelled():
+                    self._carry = getter.result()  # the next transaction starts with it
+                else:
+                    getter.cancel()
+
+    async def _committed(self, commit: Awaitable[None], intents: list[AckIntent],
+                         offsets: dict[str, int], count: int, closed: float) -> None:
+        """Once `commit` is done: append the ACKs, count the transaction."""
+        await commit
+        await self._acknowledge(intents)
+        COMMIT_SECONDS.observe(asyncio.get_running_loop().time() - closed)
+        self.shard.progress.record(offsets, count)
+
+
+async def _contents(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        yield chunk.content

@@ -1,0 +1,146 @@
+"""Stores: where a shard keeps its application state and its checkpoint, committed
+together in one transaction.
+
+A store's `start_commit(checkpoint, wait_for)` is called when a consumer transaction
+closes: it takes what the transaction changed, plus the checkpoint, and returns a future
+of their atomic commit, which first waits for `wait_for` (the appends of the messages the
+transaction published: their ACKs are in the checkpoint, so those appends must be durable
+before it is). The next transaction runs while the commit does (the runtime never starts
+a second commit before the first is done), so a store must not let that transaction's
+changes leak into the commit under way.
+
+`restore_checkpoint()` is called once, before the shard's first transaction: it returns
+the last committed checkpoint (empty if none) and, for stores shared between processes,
+installs a fence that makes commits of any earlier holder of the shard fail.
+
+- `MemoryStore`: state in a dict, "committed" in memory (tests, benchmarks);
+- `JSONFileStore`: a JSON document in a local file, replaced atomically per commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from gazette.consumer.checkpoint import Checkpoint
+from gazette.errors import ValidationError
+
+
+class Store(Protocol):
+    """What the runtime asks of a shard's store."""
+
+    async def restore_checkpoint(self) -> Checkpoint: ...
+
+    def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
+                     ) -> asyncio.Future[None]: ...
+
+    async def close(self) -> None: ...
+
+
+async def _after(wait_for: Sequence[Awaitable[Any]]) -> None:
+    """Wait for every one of `wait_for`; the first failure is raised."""
+    if wait_for:
+        await asyncio.gather(*wait_for)
+
+
+class MemoryStore:
+    """`state` (a dict the application changes freely) committed in memory: a restore
+    rolls `state` back to what the last commit held."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+        self.committed: dict[str, Any] = {}
+        self.checkpoint = Checkpoint()
+        self.commits = 0
+
+    async def restore_checkpoint(self) -> Checkpoint:
+        self.state = dict(self.committed)
+        return self.checkpoint
+
+    def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
+                     ) -> asyncio.Future[None]:
+        snapshot = dict(self.state)  # the next transaction changes `state` meanwhile
+
+        async def commit() -> None:
+            await _after(wait_for)
+            self.committed, self.checkpoint = snapshot, checkpoint
+            self.commits += 1
+
+        return asyncio.ensure_future(commit())
+
+    async def close(self) -> None:
+        pass
+
+
+class JSONFileStore:
+    """`state`, a JSON-able dict, kept in the file `path` with the checkpoint: each
+    commit writes a new file and renames it over the old one (fsynced), so the file
+    always holds one whole commit. Durable across restarts on one host; the
+    recovery-log issue replicates it."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.state: dict[str, Any] = {}
+
+    async def restore_checkpoint(self) -> Checkpoint:
+        doc = await asyncio.to_thread(self._load)
+        if doc is None:
+            self.state = {}
+            return Checkpoint()
+        state, checkpoint = doc.get("state"), doc.get("checkpoint", "")
+        if not isinstance(state, dict) or not isinstance(checkpoint, str):
+            raise ValidationError(str(self.path), "not a JSONFileStore file (expected an "
+                                  "object with 'state' and 'checkpoint')")
+        self.state = state
+        try:
+            raw = base64.b64decode(checkpoint, validate=True)
+        except ValueError as err:
+            raise ValidationError(f"{self.path}: checkpoint", str(err)) from None
+        return Checkpoint.decode(raw)
+
+    def _load(self) -> dict[str, Any] | None:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            doc = json.loads(text)
+        except ValueError as err:
+            raise ValidationError(str(self.path), f"not JSON: {err}") from None
+        if not isinstance(doc, dict):
+            raise ValidationError(str(self.path), "not a JSON object")
+        return doc
+
+    def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
+                     ) -> asyncio.Future[None]:
+        # Encoded now: the next transaction changes `state` while this one commits.
+        data = json.dumps({"state": self.state, "checkpoint": base64.b64encode(
+            checkpoint.encode()).decode()}, separators=(",", ":")).encode()
+
+        async def commit() -> None:
+            await _after(wait_for)
+            await asyncio.to_thread(self._write, data)
+
+        return asyncio.ensure_future(commit())
+
+    def _write(self, data: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def close(self) -> None:
+        pass
