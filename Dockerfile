@@ -38,16 +38,16 @@ ENV HEALTH_PORT=8080 METRICS_PORT=9090
 EXPOSE 8080 9090
 ENTRYPOINT ["python", "-m", "gazette_operator"]
 
-# --- consumer: `python -m gazette_consumer`, configured by CONSUMER_APP (the application
-# name: its shards live under $CONSUMER_ETCD_PREFIX/<app>), CONSUMER_MODULE (the Python
-# module defining it) and ETCD_ADDRESS (or the matching flags; see --help). An application
-# image builds FROM this one and copies its module into /app (the working directory, hence
-# on `python -m`'s import path).
+# --- consumer: `python -m gazette_consumer serve`, configured by CONSUMER_MODULE (the
+# application, MODULE:ATTR), CONSUMER_APP (its name: its shards live under
+# $CONSUMER_ETCD_PREFIX/<name>), BROKER_ADDRESS and ETCD_ADDRESS (or the matching flags;
+# see --help). An application image builds FROM this one and copies its module into /app
+# (the working directory, hence on `python -m`'s import path).
 FROM runtime AS consumer
 WORKDIR /app
 USER 10001
 ENV CONSUMER_ETCD_PREFIX=/gazette/consumers
-ENTRYPOINT ["python", "-m", "gazette_consumer"]
+ENTRYPOINT ["python", "-m", "gazette_consumer", "serve"]
 
 # --- spark-deps: pyspark (which bundles Spark's jars and spark-submit) and pyarrow, in a
 # stage of their own so the image's largest layer is rebuilt only when these pins change

@@ -4,7 +4,14 @@ from gazette.keyspace.etcd import Etcd, EtcdError, Event, KeyValue, RangeResult
 from gazette.keyspace.keyspace import Entry, KeySpace
 from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT, Layout
 from gazette.keyspace.lease import Lease, LeaseLost
-from gazette.keyspace.specs import MAX_TXN_OPS, Decoder, apply_changes, encode_item
+from gazette.keyspace.specs import (
+    MAX_TXN_OPS,
+    Decoder,
+    apply_changes,
+    encode_broker,
+    encode_consumer,
+    encode_item,
+)
 from gazette.keyspace.txn import Txn, TxnConflict, TxnResult
 
 __all__ = [
@@ -26,5 +33,7 @@ __all__ = [
     "TxnConflict",
     "TxnResult",
     "apply_changes",
+    "encode_broker",
+    "encode_consumer",
     "encode_item",
 ]

@@ -24,6 +24,7 @@ from gazette.protocol import (
     broker_spec_from_pb,
     broker_spec_to_pb,
     consumer_spec_from_pb,
+    consumer_spec_to_pb,
     journal_spec_from_pb,
     journal_spec_to_pb,
     shard_spec_from_pb,
@@ -55,6 +56,10 @@ def encode_broker(spec: MemberSpec) -> bytes:
 
 def decode_broker(value: bytes) -> MemberSpec:
     return broker_spec_from_pb(bpb.BrokerSpec.FromString(value))
+
+
+def encode_consumer(spec: MemberSpec) -> bytes:
+    return consumer_spec_to_pb(spec).SerializeToString()
 
 
 def decode_consumer(value: bytes) -> MemberSpec:

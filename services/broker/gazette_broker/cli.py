@@ -8,30 +8,22 @@ back to an environment variable (``BROKER_PORT``, ``ETCD_ADDRESS``, ...), then a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import gc
 import importlib.metadata
 import logging
-import os
-import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import uvloop
 
-from gazette.errors import GazetteError
-from gazette.keyspace import LeaseLost
-from gazette.supervise import TaskFailed
-from gazette_broker.logs import add_log_flags, setup_logging
+from gazette.shell import Flag, add_flags, config_values, serve_until_signalled, setup_logging
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 log = logging.getLogger("gazette_broker")
 
 #: (flag, env variable, BrokerConfig field, type, help)
-SERVE_FLAGS: list[tuple[str, str, str, Callable[[str], Any], str]] = [
+SERVE_FLAGS: list[Flag] = [
     ("--broker.zone", "BROKER_ZONE", "zone", str, "failure zone of this broker"),
     ("--broker.id", "BROKER_ID", "suffix", str,
      "unique name of this broker within its zone (default: host name and a random tag)"),
@@ -73,17 +65,6 @@ SERVE_FLAGS: list[tuple[str, str, str, Callable[[str], Any], str]] = [
 ]
 
 
-def _env_default(env: str, convert: Callable[[str], Any], fallback: Any) -> Any:
-    raw = os.environ.get(env)
-    if raw is None or raw == "":
-        return fallback
-    try:
-        return convert(raw)
-    except ValueError:
-        raise SystemExit(f"gazette: ${env}={raw!r} is not a valid "
-                         f"{getattr(convert, '__name__', 'value')}") from None
-
-
 #: The distribution whose version ``gazette --version`` shows (pyproject.toml's name).
 DISTRIBUTION = "gazette-py"
 
@@ -104,14 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Serve journals over gRPC and HTTP, persisting "
                            "fragments to their stores. Every flag falls back to the "
                            "environment variable in brackets.")
-    defaults = BrokerConfig(suffix="")
-    for flag, env, name, convert, text in SERVE_FLAGS:
-        default = getattr(defaults, name)
-        serve.add_argument(flag, dest=name, type=convert,
-                           default=_env_default(env, convert, default),
-                           help=f"{text} [${env}]" + (f" (default: {default})"
-                                                       if default not in (None, "") else ""))
-    add_log_flags(serve)
+    add_flags(serve, "gazette", SERVE_FLAGS, BrokerConfig)
 
     from gazette_broker.dev import add_dev_parser
     add_dev_parser(sub)
@@ -119,56 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    values = {name: getattr(args, name) for _, _, name, _, _ in SERVE_FLAGS}
-    if not values["suffix"]:
-        del values["suffix"]
-    return BrokerConfig(**values)
-
-
-#: Allocations between young-generation collections (CPython's default: 700): a broker
-#: allocates a few objects per message, and collecting every 700 of them showed up as
-#: about 5 % of its loop's time under appends.
-GC_THRESHOLD = (5_000, 20, 20)
-
-
-def quiet_gc() -> None:
-    """Keep the garbage collector off the hot paths: what exists after start-up (modules,
-    the keyspace) is frozen out of collections, and young collections run less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
+    return BrokerConfig(**config_values(args, SERVE_FLAGS))
 
 
 async def serve(config: BrokerConfig) -> int:
     """Run a broker until SIGTERM/SIGINT (exit 0), or until its lease is lost or a task
     it cannot do without fails for good (exit 1: its supervisor restarts it)."""
-    server = BrokerServer(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await server.start()
-    except (OSError, GazetteError) as err:
-        log.error("cannot start the broker: %s", err)
-        return 1
-    quiet_gc()
-    status = 0
-    try:
-        async with asyncio.TaskGroup() as tg:
-            lost = tg.create_task(server.wait())
-            signalled = tg.create_task(stop.wait())
-            await asyncio.wait({lost, signalled}, return_when=asyncio.FIRST_COMPLETED)
-            if signalled.done():
-                log.info("signalled: draining and stopping")
-            lost.cancel()
-            signalled.cancel()
-    except* (LeaseLost, TaskFailed) as group:
-        log.error("%s: stopping", group.exceptions[0])
-        status = 1
-    finally:
-        await server.stop()
-    return status
+    return await serve_until_signalled(BrokerServer(config), "broker")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

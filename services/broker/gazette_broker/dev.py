@@ -33,7 +33,7 @@ from gazette.local import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS, EmbeddedE
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, SpecChange, journal_changes_from_yaml, specs_to_yaml
-from gazette_broker.logs import add_log_flags
+from gazette.shell import add_log_flags
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 JOURNAL = "example/journal"

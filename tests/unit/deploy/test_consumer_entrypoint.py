@@ -1,6 +1,6 @@
-"""``python -m gazette_consumer``, the consumer image's entrypoint: its flags, their
-environment fallbacks, and the errors a misconfigured pod gets (the runtime itself is not
-there yet, so even a good configuration exits with status 2)."""
+"""``gazette-consumer serve`` (``python -m gazette_consumer serve``, the consumer image's
+entrypoint): its flags, their environment fallbacks, and the errors a misconfigured pod
+gets, each one line naming the flag and exit status 2, before anything starts."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ import sys
 
 import pytest
 
-from gazette_consumer.__main__ import NOT_IMPLEMENTED, main
+from gazette.consumer import Application
+from gazette_consumer.cli import SERVE_FLAGS, build_parser, load_app, main
 
-ENV_VARS = ("CONSUMER_APP", "CONSUMER_MODULE", "ETCD_ADDRESS", "CONSUMER_ETCD_PREFIX")
+ENV_VARS = ("CONSUMER_APP", "CONSUMER_MODULE", "ETCD_ADDRESS", "CONSUMER_ETCD_PREFIX",
+            "BROKER_ADDRESS", "CONSUMER_PORT", "CONSUMER_ZONE", "CONSUMER_ID")
+
+
+class Good(Application):
+    """An application for these tests (``MODULE:ATTR`` names it)."""
+
+
+good = Good()
+not_an_app = 42
 
 
 @pytest.fixture(autouse=True)
@@ -22,62 +32,66 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exit_:
-        sys.exit(main(argv))
-    code = exit_.value.code
-    assert isinstance(code, int)
+    code = main(argv)
     return code, capsys.readouterr().err
 
 
-def test_help_exits_0() -> None:
+def test_help_names_every_flag_and_variable() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
-    proc = subprocess.run([sys.executable, "-m", "gazette_consumer", "--help"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run([sys.executable, "-m", "gazette_consumer", "serve", "--help"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--app", "--module", "--etcd.address", "--etcd.prefix",
-                 "$CONSUMER_APP", "$CONSUMER_MODULE", "$ETCD_ADDRESS", "$CONSUMER_ETCD_PREFIX"):
-        assert flag in proc.stdout
+    text = " ".join(proc.stdout.split())
+    for flag, var, *_ in SERVE_FLAGS:
+        assert flag in text and f"${var}" in text, flag
+    assert "--app" in text and "$CONSUMER_MODULE" in text
 
 
-def test_missing_app_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run(["--module", "json"], capsys)
+def test_a_missing_app_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["serve"], capsys)
     assert code == 2
-    assert "--app" in err and "$CONSUMER_APP" in err
+    assert "--app is required" in err and "$CONSUMER_MODULE" in err
 
 
-def test_missing_module_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run(["--app", "wordcount"], capsys)
+@pytest.mark.parametrize(("app", "says"), [
+    ("no_such_module_xyz:app", "module 'no_such_module_xyz' does not import"),
+    (f"{__name__}:missing", f"module '{__name__}' has no 'missing'"),
+    (f"{__name__}:not_an_app", "'not_an_app' is a int, not a gazette.consumer.Application"),
+])
+def test_a_bad_app_is_named(app: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["serve", "--app", app], capsys)
     assert code == 2
-    assert "--module" in err and "$CONSUMER_MODULE" in err
+    assert says in err and err.count("\n") == 1, err
 
 
-def test_an_app_name_with_a_slash_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run(["--app", "a/b", "--module", "json"], capsys)
+def test_an_app_is_an_instance_or_a_class() -> None:
+    app, name = load_app(f"{__name__}:good")
+    assert app is good and name == "test-consumer-entrypoint"
+    app, _ = load_app(f"{__name__}:Good")
+    assert isinstance(app, Good)
+
+
+def test_a_bad_app_name_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["serve", "--app", f"{__name__}:good", "--app-name", "a#b"], capsys)
     assert code == 2
-    assert "'a/b'" in err
+    assert "app" in err and "'a#b'" in err, err
 
 
-def test_an_unknown_module_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run(["--app", "wordcount", "--module", "no_such_module_xyz.app"], capsys)
-    assert code == 2
-    assert "no_such_module_xyz.app" in err and "does not import" in err
-
-
-def test_a_good_configuration_says_the_runtime_is_missing(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run(["--app", "wordcount", "--module", "json"], capsys)
-    assert code == 2
-    assert NOT_IMPLEMENTED in err
-    assert "/gazette/consumers/wordcount" in err
-
-
-def test_flags_fall_back_to_the_environment(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONSUMER_MODULE", f"{__name__}:good")
     monkeypatch.setenv("CONSUMER_APP", "counter")
-    monkeypatch.setenv("CONSUMER_MODULE", "json")
-    monkeypatch.setenv("CONSUMER_ETCD_PREFIX", "/dev/consumers/")
+    monkeypatch.setenv("CONSUMER_ETCD_PREFIX", "/dev/consumers")
     monkeypatch.setenv("ETCD_ADDRESS", "http://etcd:2379")
-    code, err = run([], capsys)
-    assert code == 2
-    assert NOT_IMPLEMENTED in err
-    assert "/dev/consumers/counter" in err and "http://etcd:2379" in err
+    monkeypatch.setenv("BROKER_ADDRESS", "broker:8080")
+    monkeypatch.setenv("CONSUMER_PORT", "9000")
+    args = build_parser().parse_args(["serve"])
+    assert (args.app, args.app_name, args.etcd_root, args.etcd_address,
+            args.broker_address, args.port) == (
+        f"{__name__}:good", "counter", "/dev/consumers", "http://etcd:2379",
+        "broker:8080", 9000)
+
+
+def test_a_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONSUMER_PORT", "eighty")
+    with pytest.raises(SystemExit, match=r"\$CONSUMER_PORT='eighty' is not a valid int"):
+        build_parser()

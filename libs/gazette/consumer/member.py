@@ -1,0 +1,207 @@
+"""A consumer member: one process of a consumer application, serving its shards.
+
+It joins the application's group under ``{etcd root}/{app name}`` (`gazette.cluster.
+Membership`: its member spec under a lease, the allocator), and turns the shards assigned
+to it into `LocalShard`s (`gazette.cluster.LocalItems`), each running the application as
+primary through a `ShardRunner`, reading from and publishing to the brokers at
+`broker_address`. Stopping drains first: the member asks for no shards and waits until
+the allocator has moved them all, then stops its shards and leaves.
+
+``await member.start()``, ``await member.wait()`` (returns only when the lease is lost or
+a task failed for good), ``await member.stop()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from gazette.client import AppendQueue, JournalClient
+from gazette.cluster import (
+    DEFAULT_ETCD_STARTUP_TIMEOUT,
+    DEFAULT_LEASE_TTL,
+    Announcer,
+    LocalItems,
+    Membership,
+    Resolver,
+)
+from gazette.consumer.app import Application
+from gazette.consumer.runner import ShardRunner
+from gazette.consumer.shard import LocalShard, Status
+from gazette.errors import ValidationError
+from gazette.keyspace import (
+    CONSUMER_ROOT,
+    Decoder,
+    Etcd,
+    EtcdError,
+    KeySpace,
+    Layout,
+    encode_consumer,
+)
+from gazette.protocol import MemberSpec, ProcessId, ShardSpec
+from gazette.supervise import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def default_suffix() -> str:
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-"
+                   for ch in socket.gethostname())[:100] or "consumer"
+    return f"{host}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class MemberConfig:
+    """What ``gazette-consumer serve`` is configured with (each has a flag and an
+    environment variable); tests build one directly."""
+
+    #: The application's name: its shards and members live under {etcd_root}/{app_name}.
+    app_name: str
+    zone: str = "local"
+    suffix: str = field(default_factory=default_suffix)
+    host: str = "localhost"
+    bind: str = ""
+    #: gRPC port (0: a free one).
+    port: int = 8090
+    shard_limit: int = 1024
+    lease_ttl: int = DEFAULT_LEASE_TTL
+    #: Seconds a stopping member waits for its shards to move to other members.
+    drain_timeout: float = 60.0
+    #: Seconds in-flight RPCs get on shutdown.
+    grace: float = 5.0
+    broker_address: str = "localhost:8080"
+    etcd_address: str = "http://localhost:2379"
+    etcd_root: str = CONSUMER_ROOT
+    etcd_startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT
+
+    def __post_init__(self) -> None:
+        Layout.consumer_app(self.app_name, self.etcd_root)  # names a bad app or prefix
+        if not 0 <= self.port <= 65535:
+            raise ValidationError("consumer.port", f"must be in [0, 65535], got {self.port}")
+        for name, value, low in (("consumer.limit", self.shard_limit, 0),
+                                 ("consumer.lease-ttl", self.lease_ttl, 1)):
+            if value < low:
+                raise ValidationError(name, f"must be at least {low}, got {value}")
+
+
+class ConsumerMember:
+    """One member of `config.app_name`, running `app`."""
+
+    def __init__(self, config: MemberConfig, app: Application) -> None:
+        self.config, self.app = config, app
+        self.layout = Layout.consumer_app(config.app_name, config.etcd_root)
+        self.etcd = Etcd(config.etcd_address)
+        self.keyspace: KeySpace[Any] = KeySpace(self.etcd, self.layout.root + "/",
+                                                Decoder(self.layout, consumers=True))
+        self.id = ProcessId(config.zone, config.suffix)
+        self.membership = Membership(
+            self.etcd, self.keyspace, self.layout, self.id, lease_ttl=config.lease_ttl,
+            encode=encode_consumer, replication_of=lambda spec: 1 + int(spec.hot_standbys),
+            startup_timeout=config.etcd_startup_timeout)
+        self.supervisor = Supervisor(transient=(EtcdError, OSError))
+        self.resolver: Resolver[ShardSpec] = Resolver(self.keyspace, self.layout, self.id,
+                                                      ShardSpec)
+        self.announcer = Announcer(self.etcd, self.keyspace, self.layout)
+        self.shards: LocalItems[ShardSpec, LocalShard] = LocalItems(
+            self.keyspace, self.layout, ShardSpec, self._open, self.supervisor,
+            resolver=self.resolver, kind="shard")
+        #: Made in start(): gRPC channels belong to the loop they are made on.
+        self.client: JournalClient | None = None
+        self.appender: AppendQueue | None = None
+        self.health = HealthServicer()
+        self.grpc_server: grpc.aio.Server | None = None
+        self.port = 0
+        self._started = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    async def _open(self, spec: ShardSpec) -> LocalShard:
+        return LocalShard(spec, self.id, self._runner, self.announcer.announce)
+
+    def _runner(self, spec: ShardSpec) -> ShardRunner:
+        assert self.client is not None and self.appender is not None, "start() first"
+        return ShardRunner(spec, self.app, self.client, self.appender)
+
+    def status(self, shard: str) -> Status | None:
+        """The shard's status on this member (None: not assigned here)."""
+        local = self.shards.items.get(shard)
+        return local.status if local is not None else None
+
+    async def start(self) -> None:
+        """Bind the port, join the group, serve the shards assigned here. On failure,
+        whatever started is stopped again."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        cfg = self.config
+        self._started = True
+        self.grpc_server = grpc.aio.server()
+        bind = cfg.bind or "[::]"
+        try:
+            self.port = self.grpc_server.add_insecure_port(f"{bind}:{cfg.port}")
+        except RuntimeError:
+            self.port = 0
+        if not self.port:
+            raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}: the port is in use "
+                          "or the address is not this host's")
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        self.client = JournalClient(cfg.broker_address)
+        self.appender = AppendQueue(self.client)
+        await self.etcd.connect()
+        deadline = self.membership.deadline()
+        await self.membership.load(deadline)
+        spec = MemberSpec(self.id, self.endpoint, cfg.shard_limit)
+        await self.membership.join(spec, self.supervisor, deadline)
+        self.supervisor.spawn("announcer", self.announcer.run)
+        await self.shards.start()
+        self.membership.run_allocator(self.supervisor)
+        await self.grpc_server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("consumer member %s of %s serving: gRPC %s, brokers %s, etcd %s%s",
+                 self.id, cfg.app_name, self.endpoint, cfg.broker_address, cfg.etcd_address,
+                 self.layout.root)
+
+    async def drain(self, timeout: float) -> bool:
+        """Ask for no shards and wait until none is assigned here."""
+        return await self.membership.drain(self.resolver.assigned, timeout)
+
+    async def wait(self) -> None:
+        """Return only when this member can no longer serve (raises why)."""
+        await self.membership.wait(self.supervisor)
+
+    async def stop(self) -> None:
+        """Drain, stop serving, stop the shards, leave. Safe to call more than once."""
+        if not self._started:
+            return
+        self._started = False
+        if self.membership.ready():
+            try:
+                await self.drain(self.config.drain_timeout)
+            except Exception as err:  # noqa: BLE001 - stopping goes on regardless
+                log.warning("draining failed: %s", err)
+        with_server = self.grpc_server
+        if with_server is not None:
+            await self.health.enter_graceful_shutdown()
+            await with_server.stop(grace=self.config.grace)
+        self.resolver.stop()
+        await self.shards.close("the member is stopping")
+        await self.supervisor.close()
+        if self.appender is not None:
+            await self.appender.close()
+        if self.client is not None:
+            await self.client.close()
+        await self.membership.leave()
+        log.info("consumer member %s stopped", self.id)

@@ -1,0 +1,122 @@
+"""``gazette-consumer serve --app MODULE:ATTR`` (also ``python -m gazette_consumer
+serve``): run one member of a consumer application.
+
+``--app`` names the application: ``MODULE:ATTR`` is an `Application` instance (or a
+class, made with no arguments) in an importable module; ``MODULE`` alone means its
+attribute ``app``. Its shards and members live under ``<etcd.prefix>/<app-name>``
+(``--app-name`` defaults to the module's last part). Every flag falls back to the
+environment variable in brackets. SIGTERM drains the member (its shards move to others)
+and exits 0; a lost lease or a fatal task exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import uvloop
+
+from gazette.consumer import Application
+from gazette.consumer.member import ConsumerMember, MemberConfig
+from gazette.shell import (
+    Flag,
+    add_flags,
+    config_values,
+    env_default,
+    serve_until_signalled,
+    setup_logging,
+)
+
+log = logging.getLogger("gazette_consumer")
+PROG = "gazette-consumer"
+
+SERVE_FLAGS: list[Flag] = [
+    ("--app-name", "CONSUMER_APP", "app_name", str,
+     "the application's name: its shards and members live under <etcd.prefix>/<name> "
+     "(default: the last part of --app's module)"),
+    ("--consumer.zone", "CONSUMER_ZONE", "zone", str, "failure zone of this member"),
+    ("--consumer.id", "CONSUMER_ID", "suffix", str,
+     "unique name of this member within its zone (default: host name and a random tag)"),
+    ("--consumer.host", "CONSUMER_HOST", "host", str,
+     "host name other members reach this one at"),
+    ("--consumer.bind", "CONSUMER_BIND", "bind", str, "interface to listen on (default: all)"),
+    ("--consumer.port", "CONSUMER_PORT", "port", int, "gRPC port (0: any free port)"),
+    ("--consumer.limit", "CONSUMER_LIMIT", "shard_limit", int, "most shards this member takes"),
+    ("--consumer.lease-ttl", "CONSUMER_LEASE_TTL", "lease_ttl", int,
+     "seconds the member spec outlives a member that died without cleaning up"),
+    ("--consumer.drain-timeout", "CONSUMER_DRAIN_TIMEOUT", "drain_timeout", float,
+     "seconds a stopping member waits for its shards to move to other members"),
+    ("--broker.address", "BROKER_ADDRESS", "broker_address", str,
+     "a broker of the cluster the shards read and publish through"),
+    ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
+    ("--etcd.prefix", "CONSUMER_ETCD_PREFIX", "etcd_root", str,
+     "etcd prefix of consumer applications"),
+]
+
+
+class AppError(Exception):
+    """--app does not name an application: the message says why."""
+
+
+def load_app(spec: str) -> tuple[Application, str]:
+    """The application ``MODULE[:ATTR]`` names, and its default name."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise AppError("--app is required: MODULE:ATTR of the application (or $CONSUMER_MODULE)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise AppError(f"--app {spec!r}: module {module_name!r} does not import: "
+                       f"{err}") from None
+    attr = attr or "app"
+    try:
+        value: Any = getattr(module, attr)
+    except AttributeError:
+        raise AppError(f"--app {spec!r}: module {module_name!r} has no {attr!r}") from None
+    if isinstance(value, type) and issubclass(value, Application):
+        value = value()
+    if not isinstance(value, Application):
+        raise AppError(f"--app {spec!r}: {attr!r} is a {type(value).__name__}, not a "
+                       "gazette.consumer.Application (or a subclass of it)")
+    return value, module_name.rsplit(".", 1)[-1].replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Gazette consumer applications.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a member of a consumer application",
+                           description=__doc__.split("\n\n")[1].replace("\n", " "))
+    serve.add_argument("--app", default=env_default(PROG, "CONSUMER_MODULE", str, ""),
+                       help="the application, MODULE:ATTR [$CONSUMER_MODULE]")
+    add_flags(serve, PROG, SERVE_FLAGS, MemberConfig)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, args.log_format)
+    try:
+        app, name = load_app(args.app)
+    except AppError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    values = config_values(args, SERVE_FLAGS)
+    values.setdefault("app_name", name)
+    try:
+        config = MemberConfig(**values)
+    except Exception as err:  # noqa: BLE001 - a bad value, named by its ValidationError
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    log.info("consumer configuration: %s", config)
+    return uvloop.run(serve_until_signalled(ConsumerMember(config, app), "consumer member"))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
