@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
+    "tests.fixtures.consumer",
     "tests.fixtures.kube",
     "tests.fixtures.helm",
     "tests.fixtures.spark",

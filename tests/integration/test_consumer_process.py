@@ -19,9 +19,9 @@ from gazette.keyspace import Decoder, KeySpace, Layout, apply_changes
 from gazette.message import JsonMessage, Publisher
 from gazette.protocol import ShardSource, ShardSpec, SpecChange
 from gazette_broker import BrokerServer
+from tests.fixtures.consumer import SPECS, Sums, committed_outputs, to
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.polling import eventually
-from tests.integration.test_consumer_runner import SPECS, Sums, committed_outputs, to
 
 pytestmark = pytest.mark.integration
 

@@ -3,13 +3,25 @@
 An application subclasses `Application` (``consume_message``, ``finalize_txn``); each
 shard runs it over its source journals (`ShardRunner`), read-committed, in transactions
 whose checkpoint commits atomically with the application's state in its `Store`
-(`MemoryStore`, `JSONFileStore`).
+(`MemoryStore`, `JSONFileStore`, `SQLStore` on PostgreSQL, imported on first use).
 """
+
+from typing import Any
 
 from gazette.consumer.app import Application, Progress, Shard
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.runner import ShardRunner, SourceError
 from gazette.consumer.store import JSONFileStore, MemoryStore, Store
+
+
+def __getattr__(name: str) -> Any:
+    """`SQLStore` and `StoreFenced` load psycopg: only when asked for."""
+    if name in ("SQLStore", "StoreFenced"):
+        from gazette.consumer import sql
+
+        return getattr(sql, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Application",
@@ -17,8 +29,10 @@ __all__ = [
     "JSONFileStore",
     "MemoryStore",
     "Progress",
+    "SQLStore",
     "Shard",
     "ShardRunner",
     "SourceError",
     "Store",
+    "StoreFenced",
 ]
