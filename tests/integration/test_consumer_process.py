@@ -37,11 +37,11 @@ class App(Sums):
 
 
 async def test_serve_runs_shards_and_drains_on_sigterm(
-        broker_server: BrokerServer, etcd_server: EtcdServer, etcd_prefix: str) -> None:
+        broker_server: BrokerServer, etcd_server: EtcdServer, consumer_root: str) -> None:
     await broker_server.apply_yaml(SPECS)
-    layout = Layout.consumer_app("sums", etcd_prefix)
+    layout = Layout.consumer_app("sums", consumer_root)
     env = dict(os.environ, CONSUMER_MODULE=f"{__name__}:App", CONSUMER_APP="sums",
-               CONSUMER_ETCD_PREFIX=etcd_prefix, ETCD_ADDRESS=etcd_server.endpoint,
+               CONSUMER_ETCD_PREFIX=consumer_root, ETCD_ADDRESS=etcd_server.endpoint,
                BROKER_ADDRESS=broker_server.grpc_address, LOG_FORMAT="json")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gazette_consumer", "serve", "--consumer.port", "0",

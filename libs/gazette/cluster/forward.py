@@ -52,11 +52,13 @@ class Channels:
 
 
 def proxied(request: M, header: pb.Header) -> M:
-    """A copy of `request` to send on: ``do_not_proxy`` set, and `header` (this member's
+    """A copy of `request` to send on: ``do_not_proxy`` set (requests without that field,
+    such as a shard's Stat, say it by their header alone), and `header` (this member's
     resolution) pinning the revision the receiver must have reached."""
     out = type(request)()
     out.CopyFrom(request)
-    out.do_not_proxy = True  # type: ignore[attr-defined]
+    if "do_not_proxy" in out.DESCRIPTOR.fields_by_name:
+        out.do_not_proxy = True  # type: ignore[attr-defined]
     out.header.CopyFrom(header)  # type: ignore[attr-defined]
     return out
 

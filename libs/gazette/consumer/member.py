@@ -28,12 +28,14 @@ from gazette.cluster import (
     DEFAULT_ETCD_STARTUP_TIMEOUT,
     DEFAULT_LEASE_TTL,
     Announcer,
+    Channels,
     LocalItems,
     Membership,
     Resolver,
 )
 from gazette.consumer.app import Application
 from gazette.consumer.runner import ShardRunner
+from gazette.consumer.service import ShardService
 from gazette.consumer.shard import LocalShard, Status
 from gazette.errors import ValidationError
 from gazette.keyspace import (
@@ -45,6 +47,7 @@ from gazette.keyspace import (
     Layout,
     encode_consumer,
 )
+from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import MemberSpec, ProcessId, ShardSpec
 from gazette.supervise import Supervisor
 
@@ -109,6 +112,7 @@ class ConsumerMember:
         self.resolver: Resolver[ShardSpec] = Resolver(self.keyspace, self.layout, self.id,
                                                       ShardSpec)
         self.announcer = Announcer(self.etcd, self.keyspace, self.layout)
+        self.channels = Channels()
         self.shards: LocalItems[ShardSpec, LocalShard] = LocalItems(
             self.keyspace, self.layout, ShardSpec, self._open, self.supervisor,
             resolver=self.resolver, kind="shard")
@@ -158,6 +162,7 @@ class ConsumerMember:
             raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}: the port is in use "
                           "or the address is not this host's")
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        consumer_pb2_grpc.add_ShardServicer_to_server(ShardService(self), self.grpc_server)
         self.client = JournalClient(cfg.broker_address)
         self.appender = AppendQueue(self.client)
         await self.etcd.connect()
@@ -203,5 +208,6 @@ class ConsumerMember:
             await self.appender.close()
         if self.client is not None:
             await self.client.close()
+        await self.channels.close()
         await self.membership.leave()
         log.info("consumer member %s stopped", self.id)

@@ -1,0 +1,189 @@
+"""The Shard gRPC service of a consumer member.
+
+- Stat: a shard's progress (offsets read through, as committed). With ``read_through``,
+  it first waits until the shard has committed through those journal offsets, which
+  gives read-your-writes: append, then Stat with the append's end, then query. Any
+  member takes it and forwards it to the shard's primary (a request carrying a header
+  was forwarded already, and is refused with NOT_SHARD_PRIMARY and the route instead).
+- List: shard specs by selector (``id=``, ``prefix=``, labels), with their routes, and
+  the status of those this member serves.
+- Apply: shard specs upserted or deleted in one revision-guarded etcd transaction.
+- GetHints: none until recovery logs exist (the shard must exist).
+- Unassign: removes shards' assignments (all, or the primary's of FAILED shards this
+  member knows of), so the allocator assigns them anew.
+
+Malformed requests fail with INVALID_ARGUMENT naming the field; the member keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from gazette import names
+from gazette.allocator import assignments_of
+from gazette.cluster import forward_unary, proxied
+from gazette.consumer.shard import FAILED, PRIMARY, STANDBY
+from gazette.errors import ValidationError
+from gazette.keyspace import EtcdError, Txn, TxnConflict, apply_changes
+from gazette.labels import shard_labels
+from gazette.pb import consumer_pb2 as cpb
+from gazette.pb import consumer_pb2_grpc
+from gazette.protocol import (
+    ShardSpec,
+    SpecChange,
+    selector_from_pb,
+    shard_spec_from_pb,
+    shard_spec_to_pb,
+)
+
+if TYPE_CHECKING:
+    from gazette.consumer.member import ConsumerMember
+
+STAT_METHOD = "/gazette.consumer.Shard/Stat"
+#: How long a Stat waits for read-through offsets when its caller set no deadline.
+READ_THROUGH_SECONDS = 60.0
+_CODES = {PRIMARY: cpb.ReplicaStatus.PRIMARY, STANDBY: cpb.ReplicaStatus.STANDBY,
+          FAILED: cpb.ReplicaStatus.FAILED}
+
+
+class ShardService(consumer_pb2_grpc.ShardServicer):
+    """The Shard service over `member`'s shards."""
+
+    def __init__(self, member: ConsumerMember) -> None:
+        self.member = member
+
+    async def _shard_id(self, shard: str, context: Any, field: str = "shard") -> str:
+        try:
+            return names.validate_shard_id(shard, field)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            raise AssertionError("abort() raises") from None  # pragma: no cover
+
+    async def Stat(self, request: cpb.StatRequest, context: Any) -> cpb.StatResponse:
+        shard = await self._shard_id(request.shard, context)
+        for journal, offset in request.read_through.items():
+            if offset < 0:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"read_through[{journal}]: must not be negative")
+        resolver = self.member.resolver
+        try:
+            res = await resolver.resolve_at(
+                shard, request.header if request.HasField("header") else None)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        header = resolver.header(res)
+        if res.spec is None:
+            return cpb.StatResponse(status=cpb.SHARD_NOT_FOUND, header=header)
+        local = self.member.shards.items.get(shard)
+        runner = local.runner if local is not None and local.is_primary else None
+        if runner is None:
+            if request.HasField("header"):  # forwarded here already
+                return cpb.StatResponse(status=cpb.NOT_SHARD_PRIMARY, header=header)
+            if not res.primary_endpoint or res.route.primary_id == resolver.me:
+                return cpb.StatResponse(status=cpb.NO_SHARD_PRIMARY, header=header)
+            return await forward_unary(self.member.channels, res.primary_endpoint,
+                                       STAT_METHOD, proxied(request, header),
+                                       cpb.StatResponse.FromString, context,
+                                       f"stat of shard {shard}")
+        progress = runner.shard.progress
+        remaining = context.time_remaining()
+        try:
+            async with asyncio.timeout(READ_THROUGH_SECONDS if remaining is None
+                                       else remaining):
+                await progress.wait_committed(dict(request.read_through))
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                f"shard {shard} has not read through {dict(request.read_through)}"
+                                f" yet (it is at {progress.committed})")
+        if local is None or local.runner is not runner:
+            return cpb.StatResponse(status=cpb.SHARD_STOPPED, header=header)
+        return cpb.StatResponse(status=cpb.OK, header=header,
+                                read_through=progress.committed)
+
+    async def List(self, request: cpb.ListRequest, context: Any) -> cpb.ListResponse:
+        try:
+            selector = selector_from_pb(request.selector)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        member = self.member
+        out = []
+        for entry in member.keyspace.prefixed(member.layout.items):
+            spec = entry.value
+            if not isinstance(spec, ShardSpec) or not selector.matches(
+                    shard_labels(spec.id, spec.labels)):
+                continue
+            res = member.resolver.resolve(spec.id)
+            status = []
+            local = member.shards.items.get(spec.id)
+            if local is not None and local.status.state in _CODES:
+                status.append(cpb.ReplicaStatus(code=_CODES[local.status.state],
+                                                errors=[local.status.error]
+                                                if local.status.error else []))
+            out.append(cpb.ListResponse.Shard(
+                spec=shard_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
+                create_revision=entry.kv.create_revision,
+                route=res.route.with_endpoints(res.endpoints).to_pb(), status=status))
+        return cpb.ListResponse(status=cpb.OK, header=member.resolver.header(), shards=out)
+
+    async def Apply(self, request: cpb.ApplyRequest, context: Any) -> cpb.ApplyResponse:
+        member = self.member
+        changes: list[SpecChange[ShardSpec]] = []
+        try:
+            for i, change in enumerate(request.changes):
+                kind = change.WhichOneof("change")
+                if kind == "upsert":
+                    try:
+                        spec = shard_spec_from_pb(change.upsert)
+                    except ValidationError as err:
+                        raise err.within(f"changes[{i}].upsert") from None
+                    changes.append(SpecChange(spec.id, change.expect_mod_revision, spec))
+                elif kind == "delete":
+                    names.validate_shard_id(change.delete, f"changes[{i}].delete")
+                    changes.append(SpecChange(change.delete, change.expect_mod_revision, None))
+                else:
+                    raise ValidationError(f"changes[{i}]", "neither upsert nor delete")
+            revision = await apply_changes(member.etcd, member.layout, changes)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except TxnConflict as err:
+            header = member.resolver.header()
+            header.etcd.revision = err.revision
+            return cpb.ApplyResponse(status=cpb.ETCD_TRANSACTION_FAILED, header=header)
+        header = member.resolver.header()
+        header.etcd.revision = revision
+        return cpb.ApplyResponse(status=cpb.OK, header=header)
+
+    async def GetHints(self, request: cpb.GetHintsRequest, context: Any
+                       ) -> cpb.GetHintsResponse:
+        shard = await self._shard_id(request.shard, context)
+        res = self.member.resolver.resolve(shard)
+        status = cpb.OK if res.spec is not None else cpb.SHARD_NOT_FOUND
+        return cpb.GetHintsResponse(status=status, header=self.member.resolver.header(res))
+
+    async def Unassign(self, request: cpb.UnassignRequest, context: Any
+                       ) -> cpb.UnassignResponse:
+        member = self.member
+        shards = [await self._shard_id(s, context, "shards") for s in request.shards]
+        chosen = []
+        for shard in shards:
+            local = member.shards.items.get(shard)
+            if request.only_failed and (local is None or local.status.state != FAILED):
+                continue
+            chosen.append(shard)
+        if not request.dry_run:
+            for shard in chosen:
+                for assignment in assignments_of(member.keyspace, member.layout, shard):
+                    if request.only_failed and assignment.member != member.id:
+                        continue
+                    txn = Txn().expect(assignment.key, assignment.mod_revision)
+                    try:
+                        await txn.delete(assignment.key).commit(member.etcd)
+                    except TxnConflict:
+                        pass  # it changed meanwhile: the allocator has moved it already
+                    except EtcdError as err:
+                        await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                            f"unassigning {shard}: {err}")
+        return cpb.UnassignResponse(status=cpb.OK, shards=chosen)

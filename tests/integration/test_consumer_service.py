@@ -1,0 +1,108 @@
+"""The Shard gRPC service of consumer members, over a real etcd and broker: Stat with
+read-through from any member (forwarded to the primary), List by selector with routes,
+Apply guarded by revisions, GetHints, Unassign, and clear refusals of bad input."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from gazette.client import AppendQueue, JournalClient
+from gazette.consumer.member import ConsumerMember
+from gazette.message import JsonMessage, Publisher
+from gazette.pb import broker_pb2 as bpb
+from gazette.pb import consumer_pb2 as cpb
+from gazette.pb import consumer_pb2_grpc
+from gazette.protocol import ShardSource, ShardSpec, shard_spec_to_pb
+from gazette_broker import BrokerServer
+from tests.fixtures.consumer import SHARDS, Group, primaries, to
+from tests.fixtures.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+
+def stub(member: ConsumerMember) -> tuple[grpc.aio.Channel, consumer_pb2_grpc.ShardStub]:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{member.port}")
+    return channel, consumer_pb2_grpc.ShardStub(channel)
+
+
+async def test_stat_reads_through_from_any_member(group: Group, broker: BrokerServer
+                                                  ) -> None:
+    members, _ = group
+    await eventually(lambda: len(primaries(members)) == 4, "every shard has a primary",
+                     timeout=20)
+    async with JournalClient(broker.grpc_address) as client, AppendQueue(client) as queue:
+        result = await Publisher(queue).publish_committed(
+            to("counts/in-2"), JsonMessage(key="k", n=7))
+    end = result.commit.end
+    for member in members:  # one serves shard-2, the other forwards to it
+        channel, shard = stub(member)
+        async with channel:
+            resp = await shard.Stat(cpb.StatRequest(
+                shard="shard-2", read_through={"counts/in-2": end}), timeout=20)
+            assert resp.status == cpb.OK
+            assert resp.read_through["counts/in-2"] >= end
+            primary = resp.header.route.members[resp.header.route.primary]
+            assert primary.suffix == primaries(members)["shard-2"]
+            missing = await shard.Stat(cpb.StatRequest(shard="shard-x"))
+            assert missing.status == cpb.SHARD_NOT_FOUND
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await shard.Stat(cpb.StatRequest(shard="bad#id"))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "shard" in (err.value.details() or "")
+    # A Stat carrying a header was forwarded already: a non-primary refuses it.
+    other = next(m for m in members if m.id.suffix != primaries(members)["shard-2"])
+    channel, shard = stub(other)
+    async with channel:
+        resp = await shard.Stat(cpb.StatRequest(
+            shard="shard-2", header=bpb.Header(etcd=bpb.Header.Etcd(revision=1))))
+        assert resp.status == cpb.NOT_SHARD_PRIMARY
+        assert len(resp.header.route.members) == 1
+
+
+async def test_list_apply_hints_and_unassign(group: Group) -> None:
+    members, _ = group
+    await eventually(lambda: len(primaries(members)) == 4, "every shard has a primary",
+                     timeout=20)
+    channel, shard = stub(members[0])
+    async with channel:
+        listed = await shard.List(cpb.ListRequest())
+        assert [s.spec.id for s in listed.shards] == SHARDS
+        one = await shard.List(cpb.ListRequest(selector=bpb.LabelSelector(
+            include=bpb.LabelSet(labels=[bpb.Label(name="id", value="shard-1")]))))
+        assert [s.spec.id for s in one.shards] == ["shard-1"]
+        assert all(len(s.route.members) == 1 for s in listed.shards)
+        assert any(s.status and s.status[0].code == cpb.ReplicaStatus.PRIMARY
+                   for s in listed.shards)  # those members[0] serves
+
+        spec = ShardSpec("shard-4", (ShardSource("counts/in-0"),))
+        applied = await shard.Apply(cpb.ApplyRequest(changes=[
+            cpb.ApplyRequest.Change(upsert=shard_spec_to_pb(spec))]))
+        assert applied.status == cpb.OK
+        again = await shard.Apply(cpb.ApplyRequest(changes=[  # expects it to be new
+            cpb.ApplyRequest.Change(upsert=shard_spec_to_pb(spec))]))
+        assert again.status == cpb.ETCD_TRANSACTION_FAILED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await shard.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(
+                upsert=cpb.ShardSpec(id="shard-5"))]))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "changes[0].upsert" in (err.value.details() or "")
+        await eventually(lambda: "shard-4" in primaries(members) or any(
+            "shard-4" in m.shards.items for m in members), "shard-4 is assigned", timeout=20)
+
+        hints = await shard.GetHints(cpb.GetHintsRequest(shard="shard-1"))
+        assert hints.status == cpb.OK and not hints.HasField("primary_hints")
+        assert (await shard.GetHints(cpb.GetHintsRequest(shard="nope"))).status == \
+            cpb.SHARD_NOT_FOUND
+
+        dry = await shard.Unassign(cpb.UnassignRequest(shards=["shard-0"], dry_run=True))
+        assert list(dry.shards) == ["shard-0"]
+        before = primaries(members)
+        failed_only = await shard.Unassign(cpb.UnassignRequest(shards=SHARDS,
+                                                               only_failed=True))
+        assert list(failed_only.shards) == []  # none failed
+        done = await shard.Unassign(cpb.UnassignRequest(shards=["shard-0"]))
+        assert list(done.shards) == ["shard-0"]
+        await eventually(lambda: "shard-0" in primaries(members), "shard-0 runs again",
+                         timeout=20)
+        assert set(primaries(members)) >= set(before)
