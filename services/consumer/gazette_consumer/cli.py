@@ -2,11 +2,11 @@
 serve``): run one member of a consumer application.
 
 ``--app`` names the application: ``MODULE:ATTR`` is an `Application` instance (or a
-class, made with no arguments) in an importable module; ``MODULE`` alone means its
-attribute ``app``. Its shards and members live under ``<etcd.prefix>/<app-name>``
-(``--app-name`` defaults to the module's last part). Every flag falls back to the
-environment variable in brackets. SIGTERM drains the member (its shards move to others)
-and exits 0; a lost lease or a fatal task exits 1.
+class, made with no arguments) in an importable module (the working directory is on the
+import path); ``MODULE`` alone means its attribute ``app``. Its shards and members live
+under ``<etcd.prefix>/<app-name>`` (``--app-name`` defaults to the module's last part).
+Every flag falls back to the environment variable in brackets. SIGTERM drains the member
+(its shards move to others) and exits 0; a lost lease or a fatal task exits 1.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,8 @@ SERVE_FLAGS: list[Flag] = [
     ("--broker.address", "BROKER_ADDRESS", "broker_address", str,
      "a broker of the cluster the shards read and publish through"),
     ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
+    ("--etcd.startup-timeout", "ETCD_STARTUP_TIMEOUT", "etcd_startup_timeout", float,
+     "seconds a starting member waits for etcd to answer (it retries meanwhile)"),
     ("--etcd.prefix", "CONSUMER_ETCD_PREFIX", "etcd_root", str,
      "etcd prefix of consumer applications"),
 ]
@@ -68,6 +71,8 @@ def load_app(spec: str) -> tuple[Application, str]:
     module_name, _, attr = spec.partition(":")
     if not module_name:
         raise AppError("--app is required: MODULE:ATTR of the application (or $CONSUMER_MODULE)")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: the app beside the caller
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,16 @@ def test_a_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CONSUMER_PORT", "eighty")
     with pytest.raises(SystemExit, match=r"\$CONSUMER_PORT='eighty' is not a valid int"):
         build_parser()
+
+
+def test_an_app_beside_the_caller_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    """The console script has no working directory on its path (``python -m`` has):
+    an application module in the directory the command runs from imports all the
+    same."""
+    (tmp_path / "beside_app.py").write_text(
+        "from gazette.consumer import Application\n\n\nclass App(Application):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    app, name = load_app("beside_app:App")
+    assert type(app).__name__ == "App" and name == "beside-app"
