@@ -13,6 +13,7 @@ a task failed for good), ``await member.stop()``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import socket
@@ -52,6 +53,9 @@ from gazette.protocol import MemberSpec, ProcessId, ShardSpec
 from gazette.supervise import Supervisor
 
 log = logging.getLogger(__name__)
+
+#: Seconds a stopping member waits for its shards' last appends (publishes, ACKs).
+APPENDS_STOP_SECONDS = 10.0
 
 
 def default_suffix() -> str:
@@ -205,7 +209,13 @@ class ConsumerMember:
         await self.shards.close("the member is stopping")
         await self.supervisor.close()
         if self.appender is not None:
-            await self.appender.close()
+            try:  # bounded: what is not appended by then is appended again on recovery
+                async with asyncio.timeout(APPENDS_STOP_SECONDS):
+                    await self.appender.close()
+            except TimeoutError:
+                log.warning("stopping: %d bytes of appends still pending after %.0f s "
+                            "(recovery replays their transactions or appends their ACKs again)",
+                            self.appender.pending_bytes, APPENDS_STOP_SECONDS)
         if self.client is not None:
             await self.client.close()
         await self.channels.close()
