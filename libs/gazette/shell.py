@@ -17,18 +17,60 @@ import gc
 import json
 import logging
 import os
+import secrets
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+import grpc
+
 from gazette.errors import GazetteError
 from gazette.keyspace import LeaseLost
 from gazette.supervise import TaskFailed
 
 log = logging.getLogger(__name__)
+
+#: gRPC server options of a member: large messages (appends and reads stream ~1 MiB
+#: chunks) and keepalive pings so dead clients are noticed.
+GRPC_SERVER_OPTIONS = [
+    # A port another process listens on is refused (gRPC's default, SO_REUSEPORT, would
+    # let two members share it and split requests between them).
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+def grpc_server_on(bind: str, port: int, what: str) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server listening on `bind` ("" = all interfaces) and `port` (0 = a free
+    one), and its port. A port in use (or an address not this host's) is an `OSError`
+    saying so, at once, before anything waits for etcd."""
+    server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
+    address = f"{bind or '[::]'}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise OSError(f"cannot listen for gRPC on {address}: the port is in use (another "
+                      f"{what}?) or the address is not this host's")
+    return server, bound
+
+
+def default_member_suffix(fallback: str) -> str:
+    """A unique-enough member name: the host name and a random tag."""
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-"
+                   for ch in socket.gethostname())[:100] or fallback
+    return f"{host}-{secrets.token_hex(3)}"
+
 
 #: (flag, environment variable, config field, type, help)
 Flag = tuple[str, str, str, Callable[[str], Any], str]

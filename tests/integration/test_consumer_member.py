@@ -5,14 +5,18 @@ FAILED with the reason while the others keep running."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from gazette.client import JournalClient
+from gazette.consumer import Application
+from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.consumer.shard import FAILED
 from gazette.keyspace import Layout, apply_changes
 from gazette.protocol import ShardSource, ShardSpec, SpecChange
 from gazette_broker import BrokerServer
 from tests.fixtures.consumer import SHARDS, Group, primaries, publish
+from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -55,3 +59,22 @@ async def test_a_shard_with_a_missing_source_fails_alone(
     async with JournalClient(broker.grpc_address) as client:
         sent = await publish(client, 40)
     await eventually(lambda: stores.total() == sent, "the others count", timeout=20)
+
+
+async def test_a_busy_port_is_refused(etcd_server: EtcdServer, consumer_root: str,
+                                      broker: BrokerServer) -> None:
+    """A member on a port another gRPC server listens on (with gRPC's default
+    SO_REUSEPORT, which would let the two share it and split the requests) fails at
+    once, saying so."""
+    other = grpc.aio.server()
+    port = other.add_insecure_port("127.0.0.1:0")
+    await other.start()
+    try:
+        member = ConsumerMember(MemberConfig(
+            "counter", bind="127.0.0.1", port=port, broker_address=broker.grpc_address,
+            etcd_address=etcd_server.endpoint, etcd_root=consumer_root), Application())
+        with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{port}: "
+                                          r"the port is in use \(another consumer member"):
+            await member.start()
+    finally:
+        await other.stop(None)

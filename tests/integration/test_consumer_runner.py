@@ -24,6 +24,7 @@ from tests.fixtures.consumer import (
     KEYS,
     Sums,
     committed_outputs,
+    crash_runs,
     produce,
     run_until,
     spec,
@@ -39,21 +40,8 @@ async def test_effects_and_outputs_exactly_once_across_crashes(
     expected = dict.fromkeys(KEYS, 0)
     store = MemoryStore()
     async with AppendQueue(sums_client) as out:
-        # Crashes: each run is cancelled once it has committed twice, while input keeps
-        # coming; each new run starts from the store's last commit (a MemoryStore's
-        # restore drops what was not committed).
-        for _ in range(4):
-            producing = asyncio.create_task(produce(sums_client, rng, 60))
-            runner = ShardRunner(spec(), Sums(store), sums_client, out)
-            task = asyncio.create_task(runner.run())
-            await eventually(lambda r=runner, t=task, p=producing:
-                             r.shard.progress.transactions >= 2 or t.done() or p.done(),
-                             "two transactions commit", timeout=20)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            for key, n in (await producing).items():
-                expected[key] += n
+        # A MemoryStore's restore drops what was not committed.
+        expected = await crash_runs(sums_client, out, lambda: Sums(store), rng, 4)
         await run_until(ShardRunner(spec(), Sums(store), sums_client, out), sums_client)
         await out.flush()
     assert store.committed == expected

@@ -5,7 +5,6 @@ it over a real broker counts exactly once across crashes."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from typing import Any
 
@@ -16,8 +15,7 @@ from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Application, Checkpoint, ShardRunner
 from gazette.consumer.sql import SQLStore, StoreFenced
 from gazette.message import Envelope, Publisher
-from tests.fixtures.consumer import KEYS, produce, run_until, spec
-from tests.fixtures.polling import eventually
+from tests.fixtures.consumer import crash_runs, run_until, spec
 from tests.fixtures.postgres import PgDatabase
 
 pytestmark = pytest.mark.integration
@@ -95,20 +93,9 @@ async def test_a_shard_counts_exactly_once_across_crashes(
         sums_client: JournalClient, pg_database: PgDatabase) -> None:
     totals(pg_database)
     rng = random.Random(5)
-    expected = dict.fromkeys(KEYS, 0)
     async with AppendQueue(sums_client) as out:
-        for _ in range(3):
-            producing = asyncio.create_task(produce(sums_client, rng, 60))
-            runner = ShardRunner(spec(), SqlSums(pg_database.dsn), sums_client, out)
-            task = asyncio.create_task(runner.run())
-            await eventually(lambda r=runner, t=task, p=producing:
-                             r.shard.progress.transactions >= 2 or t.done() or p.done(),
-                             "two transactions commit", timeout=20)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            for key, n in (await producing).items():
-                expected[key] += n
+        expected = await crash_runs(sums_client, out, lambda: SqlSums(pg_database.dsn),
+                                    rng, 3)
         final = ShardRunner(spec(), SqlSums(pg_database.dsn), sums_client, out)
         await run_until(final, sums_client)
     assert totals(pg_database) == {k: v for k, v in expected.items() if v}

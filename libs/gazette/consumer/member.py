@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +48,7 @@ from gazette.keyspace import (
 )
 from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import MemberSpec, ProcessId, ShardSpec
+from gazette.shell import default_member_suffix, grpc_server_on
 from gazette.supervise import Supervisor
 
 log = logging.getLogger(__name__)
@@ -59,9 +58,7 @@ APPENDS_STOP_SECONDS = 10.0
 
 
 def default_suffix() -> str:
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-"
-                   for ch in socket.gethostname())[:100] or "consumer"
-    return f"{host}-{secrets.token_hex(3)}"
+    return default_member_suffix("consumer")
 
 
 @dataclass
@@ -156,15 +153,7 @@ class ConsumerMember:
     async def _start(self) -> None:
         cfg = self.config
         self._started = True
-        self.grpc_server = grpc.aio.server()
-        bind = cfg.bind or "[::]"
-        try:
-            self.port = self.grpc_server.add_insecure_port(f"{bind}:{cfg.port}")
-        except RuntimeError:
-            self.port = 0
-        if not self.port:
-            raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}: the port is in use "
-                          "or the address is not this host's")
+        self.grpc_server, self.port = grpc_server_on(cfg.bind, cfg.port, "consumer member")
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         consumer_pb2_grpc.add_ShardServicer_to_server(ShardService(self), self.grpc_server)
         self.client = JournalClient(cfg.broker_address)

@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +37,7 @@ from gazette.cluster import (
 from gazette.fragment import DEFAULT_MAX_PENDING_BYTES
 from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, Lease, apply_changes
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId, journal_changes_from_yaml
+from gazette.shell import default_member_suffix, grpc_server_on
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE
@@ -46,27 +45,11 @@ from gazette_broker.service import JournalService, add_journal_service
 
 log = logging.getLogger(__name__)
 
-#: gRPC options: large messages (appends and reads stream ~1 MiB chunks) and keepalive
-#: pings so dead clients are noticed.
-GRPC_SERVER_OPTIONS = [
-    # A port another process listens on is refused (gRPC's default, SO_REUSEPORT, would
-    # let two brokers share it and split requests between them).
-    ("grpc.so_reuseport", 0),
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
 
 
 
 def default_suffix() -> str:
-    """A unique-enough member name: the host name and a random tag."""
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-"
-                   for ch in socket.gethostname())[:100] or "broker"
-    return f"{host}-{secrets.token_hex(3)}"
+    return default_member_suffix("broker")
 
 
 
@@ -174,15 +157,7 @@ class BrokerServer:
         cfg = self.config
         self._started = True
         # The ports first: a port in use fails at once, before any wait for etcd.
-        self.grpc_server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-        bind = cfg.bind or "[::]"
-        try:
-            self.grpc_port = self.grpc_server.add_insecure_port(f"{bind}:{cfg.port}")
-        except RuntimeError:
-            self.grpc_port = 0
-        if not self.grpc_port:
-            raise OSError(f"cannot listen for gRPC on {bind}:{cfg.port}: the port is in "
-                          "use (another broker?) or the address is not this host's")
+        self.grpc_server, self.grpc_port = grpc_server_on(cfg.bind, cfg.port, "broker")
         self.member = MemberSpec(self.id, self.endpoint, cfg.journal_limit,
                                  store_schemes=self.store_schemes)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
