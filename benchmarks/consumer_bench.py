@@ -10,10 +10,20 @@ one shard of a count-by-key application over them:
 - `read_committed_msgs_per_s`: the ceiling in the same run: the same bytes read and
   sequenced read-committed with no application and no commits;
 - `e2e_p50_ms` / `e2e_p99_ms`: messages published committed at 1,000/s, from publish to
-  the commit of the transaction that consumed them.
+  the commit of the transaction that consumed them;
+- `baseline_jetstream_msgs_per_s`: the baseline, in the same run with nothing of ours
+  running: `nats-server -js` (file storage) holding the same messages (the same 1 KiB
+  ndjson lines and keys, from 4 producers publishing asynchronously, at most
+  `JS_WINDOW` unacknowledged each), counted by key by a nats-py pull consumer at least
+  once: durable, fetching `JS_BATCH` at a time, decoding each with msgspec as ours does,
+  and acknowledging each batch with one ack of its last message (ack policy "all"),
+  which beat acking each message. Durability: by default JetStream's file store acks a
+  publish before any fsync (it syncs in the background), and the counts live only in
+  the consumer's memory (acked, so a crash loses them; ours commit them with the
+  offsets, though this run's PostgreSQL has fsync off too);
+- `sql_vs_jetstream`: `eo_msgs_per_s_sql` over the baseline (the target is >= 1).
 
-Prints one JSON object last. (The NATS JetStream baseline the issue names is not
-measured yet.)
+Prints one JSON object last. Needs `nats-server` (`scripts/ensure-bench-deps.sh`).
 """
 
 from __future__ import annotations
@@ -22,16 +32,21 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fixtures
 
+import msgspec
+import nats
 import uvloop
+from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StorageType, StreamConfig
 
 from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Application, MemoryStore, ShardRunner
@@ -47,6 +62,7 @@ from gazette.message import (
     framing_for,
     read_uncommitted,
 )
+from gazette.message.uuid import Clock, Flags, build, new_producer_id
 from gazette.protocol import ShardSource, ShardSpec, journal_changes_from_yaml
 from tests.fixtures.postgres import create_database, start_pg_server
 
@@ -63,6 +79,9 @@ children:
   - name: bench/latency
 """
 PAD = "x" * 960
+# The baseline: unacknowledged async publishes per producer, messages per fetch.
+JS_WINDOW, JS_BATCH = 1024, 1000
+JS_STREAM, JS_SUBJECT = "BENCH", "bench.input"
 
 
 def log(msg: str) -> None:
@@ -243,7 +262,122 @@ async def run(etcd: EmbeddedEtcd, workdir: Path, dsn: str) -> dict[str, Any]:
             "e2e_p50_ms": round(p50, 2), "e2e_p99_ms": round(p99, 2)}
 
 
+@contextlib.asynccontextmanager
+async def nats_server(workdir: Path) -> Any:
+    """`nats-server -js` on a free loopback port, owned by us and stopped on the way out."""
+    port, log_file = free_port(), workdir / "nats-server.log"
+    server = await asyncio.create_subprocess_exec(
+        "nats-server", "-js", "-a", "127.0.0.1", "-p", str(port),
+        "-sd", str(workdir / "jetstream"), "-l", str(log_file))
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                nc = await nats.connect(url, allow_reconnect=False, connect_timeout=1,
+                                        error_cb=_ignore)
+                try:
+                    await nc.jetstream().account_info()
+                    break
+                finally:
+                    await nc.close()
+            except Exception as exc:  # the server is still starting
+                if server.returncode is not None or time.monotonic() > deadline:
+                    tail = log_file.read_text()[-2000:] if log_file.exists() else ""
+                    raise RuntimeError(f"nats-server did not start ({exc!r}):\n{tail}") from exc
+                await asyncio.sleep(0.1)
+        yield url
+    finally:
+        if server.returncode is None:
+            server.terminate()
+        await server.wait()
+
+
+async def _ignore(exc: Exception) -> None:
+    """nats-py logs connection errors; while the server starts they are expected."""
+
+
+async def js_produce(url: str, producer: int) -> None:
+    """One producer: this producer's share of the messages, at most JS_WINDOW unacked."""
+    framing, clock, pid = framing_for(NDJSON), Clock(), new_producer_id()
+    clock.update()
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream(publish_async_max_pending=JS_WINDOW)
+        window: deque[asyncio.Future[PubAck]] = deque()
+        for i in range(producer, MESSAGES, PRODUCERS):
+            msg = JsonMessage(key=f"k{i % 1000}", pad=PAD)  # the keys `produce` uses
+            msg.set_uuid(build(pid, clock.tick(), Flags.OUTSIDE_TXN))
+            window.append(await js.publish_async(JS_SUBJECT, framing.encode([msg])))
+            if len(window) >= JS_WINDOW:
+                await window.popleft()  # raises if the stream refused it
+        for future in window:
+            await future
+    finally:
+        await nc.close()
+
+
+async def js_consume(url: str) -> tuple[float, dict[str, int]]:
+    """Counts by key at least once: fetch a batch, count it, ack its last message."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        sub = await js.pull_subscribe(JS_SUBJECT, durable="count-by-key", stream=JS_STREAM,
+                                      config=ConsumerConfig(ack_policy=AckPolicy.ALL,
+                                                            max_ack_pending=4 * JS_BATCH))
+        decode, seen = msgspec.json.Decoder().decode, 0
+        counts: dict[str, int] = {}
+        started = time.perf_counter()
+        while seen < MESSAGES:
+            batch = await sub.fetch(JS_BATCH, timeout=10)
+            for m in batch:
+                key = decode(m.data)["key"]
+                counts[key] = counts.get(key, 0) + 1
+            seen += len(batch)
+            if seen < MESSAGES:
+                await batch[-1].ack()  # ack policy "all": every message up to this one
+            else:
+                await batch[-1].ack_sync(timeout=10)  # the clock stops once it is applied
+        elapsed = time.perf_counter() - started
+        info = await sub.consumer_info()
+        if info.num_ack_pending or info.num_pending or info.num_redelivered:
+            raise RuntimeError(f"JetStream consumer not fully acked: {info}")
+        return seen / elapsed, counts
+    finally:
+        await nc.close()
+
+
+async def jetstream_baseline(workdir: Path) -> float:
+    """The issue's baseline: the same messages and aggregation on NATS JetStream."""
+    async with nats_server(workdir) as url:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().add_stream(StreamConfig(
+                name=JS_STREAM, subjects=[JS_SUBJECT], storage=StorageType.FILE))
+        finally:
+            await nc.close()
+        started = time.perf_counter()
+        await asyncio.wait_for(
+            asyncio.gather(*(js_produce(url, p) for p in range(PRODUCERS))), 300)
+        log(f"JetStream: published {MESSAGES} messages in "
+            f"{time.perf_counter() - started:.1f} s ({JS_WINDOW} in flight per producer)")
+        rate, counts = await asyncio.wait_for(js_consume(url), 300)
+    expected: dict[str, int] = {}
+    for i in range(MESSAGES):
+        expected[f"k{i % 1000}"] = expected.get(f"k{i % 1000}", 0) + 1
+    if counts != expected:
+        wrong = sorted(k for k in expected.keys() | counts.keys()
+                       if counts.get(k) != expected.get(k))
+        raise SystemExit(f"JetStream baseline counted wrong: {len(wrong)} keys differ, "
+                         f"e.g. {wrong[:5]}")
+    log(f"JetStream baseline: {rate:,.0f} msgs/s (batches of {JS_BATCH}, one ack each)")
+    return rate
+
+
 def main() -> None:
+    if shutil.which("nats-server") is None:
+        sys.exit("nats-server not found (the JetStream baseline needs it): "
+                 "run scripts/ensure-bench-deps.sh")
     with tempfile.TemporaryDirectory(prefix="gz-consumer-bench-") as tmp:
         workdir = Path(tmp)
         pg = start_pg_server(Path(tempfile.mkdtemp(prefix="gz-pg-")))
@@ -256,6 +390,9 @@ def main() -> None:
                 result = uvloop.run(run(etcd, workdir, db.dsn))
         finally:
             pg.stop()
+        baseline = uvloop.run(jetstream_baseline(workdir))  # with nothing of ours running
+    result["baseline_jetstream_msgs_per_s"] = round(baseline)
+    result["sql_vs_jetstream"] = round(result["eo_msgs_per_s_sql"] / baseline, 2)
     print(json.dumps(result))
 
 
