@@ -188,8 +188,12 @@ STATUS: Schema = {
         "etcdKey": {"type": "string"},
         "modRevision": {"type": "integer", "format": "int64",
                         "description": "etcd mod revision of the spec the operator wrote"},
-        "primary": {"type": "string", "description": "primary broker (journals)"},
+        "primary": {"type": "string",
+                    "description": "primary broker (journals) or consumer member (shards)"},
         "replicas": {"type": "array", "items": {"type": "string"}},
+        "state": {"type": "string",
+                  "description": "a shard's state: pending, recovering, standby, primary, "
+                                 "or failed: <error>"},
         "ready": {"type": "string"},
         "conditions": {
             "type": "array",
@@ -260,6 +264,7 @@ def shard_crd() -> Schema:
     return crd("ShardSpec", "shardspecs", ["ss", "shard"], shard_spec_schema(), [
         ("App", "string", ".spec.app"),
         ("Shard", "string", ".spec.id"),
+        ("State", "string", ".status.state"),
         ("Primary", "string", ".status.primary"),
         ("Ready", "string", ".status.ready"),
     ])

@@ -8,8 +8,10 @@ Handlers are thin shells over `gazette_operator.sync`:
   with the reason, retried until it is back.
 - delete (behind kopf's finalizer): remove the key, then the finalizer is released.
 - a timer: drift (the etcd value changed or vanished outside Kubernetes) is repaired
-  and recorded as a Kubernetes event; for journals the status shows the route (primary
-  and replicas) read from the broker cluster's assignments.
+  and recorded as a Kubernetes event; the status shows the route (primary and replicas)
+  read from the assignments, and for shards the shard's state (``pending``,
+  ``recovering``, ``standby``, ``primary``, or ``failed: <error>``) from the statuses
+  its consumer members write.
 
 `registry` holds the handlers; `run` runs them with kopf's peering (two replicas never
 both act) and its liveness endpoint. Configured by environment: ``ETCD_ADDRESS``,
@@ -38,6 +40,7 @@ from gazette_operator.sync import (
     SpecWriter,
     declared,
     route_names,
+    shard_state,
 )
 
 KINDS = {"journalspecs": JOURNAL_KIND, "shardspecs": SHARD_KIND}
@@ -174,7 +177,8 @@ async def _drift(**kwargs: Any) -> None:
         d = _declared(resource, spec, memo)
         writer = await _writer(memo)
         drifted, revision = await writer.restore(d)
-        route = await _route(memo, d) if resource == "journalspecs" else None
+        route = await _route(memo, d)
+        state = await _shard_state(memo, d) if resource == "shardspecs" else None
     except ValidationError:
         return
     except (GazetteError, OSError) as err:
@@ -187,17 +191,25 @@ async def _drift(**kwargs: Any) -> None:
         kopf.warn(body, reason="Drift", message=f"{d.key} was changed or removed outside "
                   f"Kubernetes: restored the declared spec at revision {revision}")
     fields: dict[str, Any] = {"modRevision": revision}
-    if route is not None:
-        fields["primary"], fields["replicas"] = route
+    fields["primary"], fields["replicas"] = route
+    if state is not None:
+        fields["state"] = state
     _set_status(patch, status, _condition("Synced", True, "Written",
                                           f"{d.key} at revision {revision}",
                                           meta.get("generation")), **fields)
 
 
 async def _route(memo: Any, d: Declared) -> tuple[str, list[str]]:
-    """(primary, replicas) of a journal, from a range read of its assignments."""
+    """(primary, replicas) of a journal or shard, from a range read of its
+    assignments."""
     result = await memo.etcd.get_prefix(d.layout.item_assignments(d.name))
     return route_names(route_of(assignments_from(d.layout, d.name, result.kvs)))
+
+
+async def _shard_state(memo: Any, d: Declared) -> str:
+    """The shard's combined replica status, from a range read of its statuses."""
+    result = await memo.etcd.get_prefix(d.layout.item_statuses(d.name))
+    return shard_state(kv.value for kv in result.kvs)
 
 
 def build_registry(drift_interval: float) -> kopf.OperatorRegistry:

@@ -2,15 +2,20 @@
 `ShardSpec` resource into the spec it declares (validated by `gazette.protocol`, errors
 naming the resource's field), write it into etcd in revision-guarded transactions,
 notice drift (the etcd value changed or vanished outside Kubernetes) and restore it,
-remove it, and read a journal's route from its assignments.
+remove it, and read a journal's or shard's route from its assignments and a shard's
+state from its replicas' statuses.
 
 The kopf handlers are thin shells over this, so all of it is tested against a real etcd.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from gazette.allocator import Route, assignments_of, route_of
 from gazette.errors import ValidationError
@@ -24,7 +29,7 @@ from gazette.keyspace import (
     TxnConflict,
     encode_item,
 )
-from gazette.protocol import JournalSpec, ShardSpec
+from gazette.protocol import JournalSpec, ReplicaStatus, ShardSpec, combined_status
 
 JOURNAL_KIND, SHARD_KIND = "JournalSpec", "ShardSpec"
 
@@ -139,6 +144,17 @@ def journal_route(keyspace: KeySpace[Any], layout: Layout, journal: str
     """(primary, replicas) of `journal` as ``zone/suffix`` names, from its assignments
     in a mirror of the broker cluster's keyspace ("" and [] while unassigned)."""
     return route_names(route_of(assignments_of(keyspace, layout, journal)))
+
+
+def shard_state(values: Iterable[bytes]) -> str:
+    """A shard's state from its replicas' encoded statuses: the most advanced one
+    (``failed: <error>`` if any failed; ``pending`` if none); undecodable ones are
+    skipped."""
+    statuses = []
+    for value in values:
+        with contextlib.suppress(ValidationError, DecodeError):
+            statuses.append(ReplicaStatus.decode(value))
+    return str(combined_status(statuses))
 
 
 def route_names(route: Route) -> tuple[str, list[str]]:

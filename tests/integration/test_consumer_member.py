@@ -13,6 +13,8 @@ from gazette.consumer import Application
 from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.consumer.shard import FAILED
 from gazette.keyspace import Layout, apply_changes
+from gazette.pb import consumer_pb2 as cpb
+from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import ShardSource, ShardSpec, SpecChange
 from gazette_broker import BrokerServer
 from tests.fixtures.consumer import SHARDS, Group, primaries, publish
@@ -59,6 +61,25 @@ async def test_a_shard_with_a_missing_source_fails_alone(
     async with JournalClient(broker.grpc_address) as client:
         sent = await publish(client, 40)
     await eventually(lambda: stores.total() == sent, "the others count", timeout=20)
+
+    # Its status is in etcd: either member's List shows it FAILED with the error, and
+    # Unassign of failed replicas takes only it.
+    for member in members:
+        async with grpc.aio.insecure_channel(member.endpoint.removeprefix("http://")) as ch:
+            stub = consumer_pb2_grpc.ShardStub(ch)
+
+            async def listed_failure(stub: consumer_pb2_grpc.ShardStub = stub) -> str:
+                resp = await stub.List(cpb.ListRequest())
+                bad = next(s for s in resp.shards if s.spec.id == "shard-bad")
+                return "".join(e for r in bad.status if r.code == cpb.ReplicaStatus.FAILED
+                               for e in r.errors)
+
+            await eventually(listed_failure, "List shows shard-bad FAILED", timeout=20)
+            assert "counts/nope does not exist" in await listed_failure()
+    async with grpc.aio.insecure_channel(members[0].endpoint.removeprefix("http://")) as ch:
+        resp = await consumer_pb2_grpc.ShardStub(ch).Unassign(
+            cpb.UnassignRequest(shards=[*SHARDS, "shard-bad"], only_failed=True))
+    assert list(resp.shards) == ["shard-bad"]
 
 
 async def test_a_busy_port_is_refused(etcd_server: EtcdServer, consumer_root: str,

@@ -72,8 +72,13 @@ async def test_list_apply_hints_and_unassign(group: Group) -> None:
             include=bpb.LabelSet(labels=[bpb.Label(name="id", value="shard-1")]))))
         assert [s.spec.id for s in one.shards] == ["shard-1"]
         assert all(len(s.route.members) == 1 for s in listed.shards)
-        assert any(s.status and s.status[0].code == cpb.ReplicaStatus.PRIMARY
-                   for s in listed.shards)  # those members[0] serves
+
+        async def all_primary() -> bool:  # as each member wrote into etcd, whoever serves
+            listed = await shard.List(cpb.ListRequest())
+            return all([r.code for r in s.status] == [cpb.ReplicaStatus.PRIMARY]
+                       for s in listed.shards)
+
+        await eventually(all_primary, "every shard's status is PRIMARY", timeout=20)
 
         spec = ShardSpec("shard-4", (ShardSource("counts/in-0"),))
         applied = await shard.Apply(cpb.ApplyRequest(changes=[

@@ -32,7 +32,6 @@ from tests.fixtures.polling import eventually
 pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "operator" / "examples"
-JOURNALS = f"{crds.GROUP}/{crds.VERSION}/journalspecs"
 NS = "default"
 DRIFT_INTERVAL = 0.5
 
@@ -45,17 +44,19 @@ def example(i: int = 0) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def running_operator(kube: Emulator, etcd_endpoint: str, prefix: str
+async def running_operator(kube: Emulator, etcd_endpoint: str, prefix: str,
+                           consumer_prefix: str = "/gazette/consumers"
                            ) -> AsyncIterator[SimpleNamespace]:
     """The operator running in this loop against `kube` and the etcd at `etcd_endpoint`
-    (broker specs under `prefix`)."""
+    (broker specs under `prefix`, consumer applications' under `consumer_prefix`)."""
     registry = build_registry(DRIFT_INTERVAL)
 
     @kopf.on.login(registry=registry)
     def _login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=str(kube.url).rstrip("/"), insecure=True)
 
-    config = Config({"ETCD_ADDRESS": etcd_endpoint, "BROKER_ETCD_PREFIX": prefix})
+    config = Config({"ETCD_ADDRESS": etcd_endpoint, "BROKER_ETCD_PREFIX": prefix,
+                     "CONSUMER_ETCD_PREFIX": consumer_prefix})
     settings = kopf.OperatorSettings()
     settings.watching.server_timeout = 10
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -79,9 +80,9 @@ async def operator(kube: Emulator, etcd_server: EmbeddedEtcd,
         yield running
 
 
-def url(kube: Emulator, name: str = "") -> str:
+def url(kube: Emulator, name: str = "", plural: str = "journalspecs") -> str:
     base = f"{str(kube.url).rstrip('/')}/apis/{crds.GROUP}/{crds.VERSION}/namespaces/{NS}"
-    return f"{base}/journalspecs" + (f"/{name}" if name else "")
+    return f"{base}/{plural}" + (f"/{name}" if name else "")
 
 
 async def call(method: str, target: str, **kwargs: Any) -> Any:
@@ -94,10 +95,10 @@ async def create(kube: Emulator, resource: dict[str, Any]) -> None:
     await call("POST", url(kube), json=resource)
 
 
-def obj(kube: Emulator, name: str) -> Any:
+def obj(kube: Emulator, name: str, plural: str = "journalspecs") -> Any:
     """The resource as the API holds it now (None: absent or deleted)."""
     try:
-        found = kube.objects[JOURNALS, NS, name]
+        found = kube.objects[f"{crds.GROUP}/{crds.VERSION}/{plural}", NS, name]
     except KeyError:
         return None
     return None if found.deleted else found.raw
@@ -123,8 +124,9 @@ async def test_a_journal_resource_becomes_a_spec_in_etcd(operator: SimpleNamespa
     assert kv is not None and decode_journal(kv.value).replication == 1
 
 
-def status(kube: Emulator, name: str = "example-journal") -> dict[str, Any]:
-    return dict((obj(kube, name) or {}).get("status", {}))
+def status(kube: Emulator, name: str = "example-journal", plural: str = "journalspecs"
+           ) -> dict[str, Any]:
+    return dict((obj(kube, name, plural) or {}).get("status", {}))
 
 
 async def spec_in_etcd(etcd: Etcd, key: str) -> Any:

@@ -16,6 +16,7 @@ from gazette.keyspace.layout import (
     ItemKey,
     Layout,
     MemberKey,
+    StatusKey,
 )
 
 BROKERS = Layout.brokers()
@@ -33,6 +34,16 @@ def test_broker_keys() -> None:
         "/gazette/cluster/assign/example/journal#local#busy-walrus#0")
     assert BROKERS.item_assignments("example/journal") == (
         "/gazette/cluster/assign/example/journal#")
+
+
+def test_status_keys_parse_back() -> None:
+    app = Layout.consumer_app("word-count")
+    key = app.status_key("word-count/part-000", "zone-a", "m0")
+    assert key == "/gazette/consumers/word-count/status/word-count/part-000#zone-a#m0"
+    assert key.startswith(app.item_statuses("word-count/part-000"))
+    assert app.parse(key) == StatusKey("word-count/part-000", "zone-a", "m0")
+    with pytest.raises(ValidationError, match="not an item, member, assignment or status"):
+        app.parse(app.statuses + "part#zone-a#m0#0")
 
 
 def test_consumer_app_keys() -> None:

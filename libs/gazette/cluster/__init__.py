@@ -7,7 +7,7 @@ spec (a journal, a shard).
   response headers;
 - local items (`LocalItems`): this member's assignments as running, supervised local
   objects, opened, updated and closed as the keyspace changes; `Announcer` writes the
-  routes their primaries synced;
+  routes their primaries synced, `StatusWriter` the states of this member's replicas;
 - forwarding (`Channels`, `forward_unary`, `forward_stream`, `proxied`): a request for
   an item served elsewhere goes on to a member of its route.
 """
@@ -36,6 +36,7 @@ from gazette.cluster.membership import (
     until_etcd,
 )
 from gazette.cluster.resolver import Resolution, Resolver
+from gazette.cluster.status import StatusWriter
 
 __all__ = [
     "CLOSED_DELETED",
@@ -53,6 +54,7 @@ __all__ = [
     "NotReady",
     "Resolution",
     "Resolver",
+    "StatusWriter",
     "forward_stream",
     "forward_unary",
     "proxied",

@@ -20,7 +20,7 @@ from gazette.allocator import EMPTY_ROUTE, Route, assignments_of, route_of
 from gazette.errors import ValidationError
 from gazette.keyspace import EtcdError, Event, KeySpace, Layout
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import MemberSpec, ProcessId
+from gazette.protocol import MemberSpec, ProcessId, ReplicaStatus
 
 #: How long a request pinned to a newer etcd revision waits for this member to catch up.
 REVISION_WAIT_SECONDS = 5.0
@@ -107,6 +107,17 @@ class Resolver(Generic[SpecT]):
             held = all(a.value == value for a in assigned)
         return Resolution(item, spec, route, self._endpoints(route), self.keyspace.revision,
                           held)
+
+    def statuses(self, item: str, route: Route) -> tuple[ReplicaStatus, ...]:
+        """The status each member of `route` wrote for its replica of `item` (PENDING:
+        none written yet), index-aligned with `route.members`."""
+        out = []
+        for m in route.members:
+            entry = self.keyspace.get(self.layout.status_key(item, m.zone, m.suffix))
+            out.append(entry.value if entry is not None and isinstance(entry.value,
+                                                                      ReplicaStatus)
+                       else ReplicaStatus())
+        return tuple(out)
 
     def _endpoints(self, route: Route) -> tuple[str, ...]:
         out = []

@@ -31,11 +31,12 @@ from gazette.cluster import (
     LocalItems,
     Membership,
     Resolver,
+    StatusWriter,
 )
 from gazette.consumer.app import Application
 from gazette.consumer.runner import ShardRunner
 from gazette.consumer.service import ShardService
-from gazette.consumer.shard import LocalShard, Status
+from gazette.consumer.shard import LocalShard
 from gazette.errors import ValidationError
 from gazette.keyspace import (
     CONSUMER_ROOT,
@@ -47,7 +48,7 @@ from gazette.keyspace import (
     encode_consumer,
 )
 from gazette.pb import consumer_pb2_grpc
-from gazette.protocol import MemberSpec, ProcessId, ShardSpec
+from gazette.protocol import MemberSpec, ProcessId, ReplicaStatus, ShardSpec
 from gazette.shell import default_member_suffix, grpc_server_on
 from gazette.supervise import Supervisor
 
@@ -113,6 +114,7 @@ class ConsumerMember:
         self.resolver: Resolver[ShardSpec] = Resolver(self.keyspace, self.layout, self.id,
                                                       ShardSpec)
         self.announcer = Announcer(self.etcd, self.keyspace, self.layout)
+        self.statuses = StatusWriter(self.etcd, self.layout, self.id, self._lease_id)
         self.channels = Channels()
         self.shards: LocalItems[ShardSpec, LocalShard] = LocalItems(
             self.keyspace, self.layout, ShardSpec, self._open, self.supervisor,
@@ -129,14 +131,20 @@ class ConsumerMember:
     def endpoint(self) -> str:
         return f"http://{self.config.host}:{self.port}"
 
+    def _lease_id(self) -> int:
+        lease = self.membership.lease
+        assert lease is not None, "statuses are written only by a member that joined"
+        return lease.id
+
     async def _open(self, spec: ShardSpec) -> LocalShard:
-        return LocalShard(spec, self.id, self._runner, self.announcer.announce)
+        return LocalShard(spec, self.id, self._runner, self.announcer.announce,
+                          self.statuses.set)
 
     def _runner(self, spec: ShardSpec) -> ShardRunner:
         assert self.client is not None and self.appender is not None, "start() first"
         return ShardRunner(spec, self.app, self.client, self.appender)
 
-    def status(self, shard: str) -> Status | None:
+    def status(self, shard: str) -> ReplicaStatus | None:
         """The shard's status on this member (None: not assigned here)."""
         local = self.shards.items.get(shard)
         return local.status if local is not None else None
@@ -164,6 +172,7 @@ class ConsumerMember:
         spec = MemberSpec(self.id, self.endpoint, cfg.shard_limit)
         await self.membership.join(spec, self.supervisor, deadline)
         self.supervisor.spawn("announcer", self.announcer.run)
+        self.supervisor.spawn("statuses", self.statuses.run)
         await self.shards.start()
         self.membership.run_allocator(self.supervisor)
         await self.grpc_server.start()

@@ -112,6 +112,8 @@ class ShardRunner:
         self._carry: Batch | None = None  # a batch taken while a transaction closed
         #: The last transaction's commit and ACKs, owned here (cancelled with the run).
         self._committing: asyncio.Future[None] | None = None
+        #: Called once the store is restored and the sources found: processing starts.
+        self.on_restored: Callable[[], None] | None = None
 
     @property
     def spec(self) -> Any:
@@ -129,12 +131,20 @@ class ShardRunner:
                        for s in self.spec.sources}
             self.shard.progress.restored(offsets)
             framings = {j: await self._framing(j) for j in offsets}
+            if self.on_restored is not None:
+                self.on_restored()
             queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=READ_AHEAD_BATCHES)
-            async with asyncio.TaskGroup() as group:
-                for journal, offset in offsets.items():
-                    group.create_task(self._read(journal, offset, framings[journal], queue),
-                                      name=f"read:{self.spec.id}:{journal}")
-                await self._transact(store, sequencer, offsets, framings, queue)
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for journal, offset in offsets.items():
+                        group.create_task(self._read(journal, offset, framings[journal],
+                                                     queue),
+                                          name=f"read:{self.spec.id}:{journal}")
+                    await self._transact(store, sequencer, offsets, framings, queue)
+            except ExceptionGroup as failed:
+                # The first failure (the app's, a commit's, a read's) is the run's: raised
+                # itself, so that the shard's status names it rather than the group.
+                raise failed.exceptions[0] from failed
         finally:
             if self._committing is not None and not self._committing.done():
                 self._committing.cancel()

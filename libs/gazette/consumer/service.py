@@ -5,12 +5,12 @@
   gives read-your-writes: append, then Stat with the append's end, then query. Any
   member takes it and forwards it to the shard's primary (a request carrying a header
   was forwarded already, and is refused with NOT_SHARD_PRIMARY and the route instead).
-- List: shard specs by selector (``id=``, ``prefix=``, labels), with their routes, and
-  the status of those this member serves.
+- List: shard specs by selector (``id=``, ``prefix=``, labels), with their routes and
+  each replica's status (as its member wrote it into etcd).
 - Apply: shard specs upserted or deleted in one revision-guarded etcd transaction.
 - GetHints: none until recovery logs exist (the shard must exist).
-- Unassign: removes shards' assignments (all, or the primary's of FAILED shards this
-  member knows of), so the allocator assigns them anew.
+- Unassign: removes shards' assignments (all, or only those whose replica is FAILED),
+  so the allocator assigns them anew.
 
 Malformed requests fail with INVALID_ARGUMENT naming the field; the member keeps serving.
 """
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from gazette import names
-from gazette.allocator import assignments_of
+from gazette.allocator import assignments_of, route_of
 from gazette.cluster import forward_unary, proxied
-from gazette.consumer.shard import FAILED, PRIMARY, STANDBY
+from gazette.consumer.shard import FAILED
 from gazette.errors import ValidationError
 from gazette.keyspace import EtcdError, Txn, TxnConflict, apply_changes
 from gazette.labels import shard_labels
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 STAT_METHOD = "/gazette.consumer.Shard/Stat"
 #: How long a Stat waits for read-through offsets when its caller set no deadline.
 READ_THROUGH_SECONDS = 60.0
-_CODES = {PRIMARY: cpb.ReplicaStatus.PRIMARY, STANDBY: cpb.ReplicaStatus.STANDBY,
-          FAILED: cpb.ReplicaStatus.FAILED}
 
 
 class ShardService(consumer_pb2_grpc.ShardServicer):
@@ -116,12 +114,7 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                     shard_labels(spec.id, spec.labels)):
                 continue
             res = member.resolver.resolve(spec.id)
-            status = []
-            local = member.shards.items.get(spec.id)
-            if local is not None and local.status.state in _CODES:
-                status.append(cpb.ReplicaStatus(code=_CODES[local.status.state],
-                                                errors=[local.status.error]
-                                                if local.status.error else []))
+            status = [s.to_pb() for s in member.resolver.statuses(spec.id, res.route)]
             out.append(cpb.ListResponse.Shard(
                 spec=shard_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
                 create_revision=entry.kv.create_revision,
@@ -167,17 +160,20 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                        ) -> cpb.UnassignResponse:
         member = self.member
         shards = [await self._shard_id(s, context, "shards") for s in request.shards]
-        chosen = []
+        chosen: dict[str, list[Any]] = {}
         for shard in shards:
-            local = member.shards.items.get(shard)
-            if request.only_failed and (local is None or local.status.state != FAILED):
-                continue
-            chosen.append(shard)
+            assigned = assignments_of(member.keyspace, member.layout, shard)
+            if request.only_failed:
+                route = route_of(assigned)
+                failed = {m for m, s in zip(route.members,
+                                            member.resolver.statuses(shard, route),
+                                            strict=True) if s.state == FAILED}
+                assigned = [a for a in assigned if a.member in failed]
+            if assigned:
+                chosen[shard] = assigned
         if not request.dry_run:
-            for shard in chosen:
-                for assignment in assignments_of(member.keyspace, member.layout, shard):
-                    if request.only_failed and assignment.member != member.id:
-                        continue
+            for shard, assigned in chosen.items():
+                for assignment in assigned:
                     txn = Txn().expect(assignment.key, assignment.mod_revision)
                     try:
                         await txn.delete(assignment.key).commit(member.etcd)
@@ -186,4 +182,4 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                     except EtcdError as err:
                         await context.abort(grpc.StatusCode.UNAVAILABLE,
                                             f"unassigning {shard}: {err}")
-        return cpb.UnassignResponse(status=cpb.OK, shards=chosen)
+        return cpb.UnassignResponse(status=cpb.OK, shards=list(chosen))

@@ -5,9 +5,10 @@ LocalItems` opens, updates and closes it). While this member is the shard's prim
 the spec is not disabled) it runs a `ShardRunner`, and announces the route it serves
 under (what the allocator's consistency check reads before it moves the shard away).
 When the route names another primary, or the spec changes, the runner stops (a changed
-spec starts a new one). A runner that fails marks the shard FAILED with the error, which
-`status` shows, and the member goes on serving its other shards; the shard runs again
-when its spec changes or it is assigned anew.
+spec starts a new one). A runner that fails marks the shard FAILED with the error, and
+the member goes on serving its other shards; the shard runs again when its spec changes
+or it is assigned anew. Every change of `status` is reported (the member writes it into
+etcd, where List, gazctl and the operator read it).
 """
 
 from __future__ import annotations
@@ -16,43 +17,39 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
 
 from gazette.cluster import Resolution
 from gazette.consumer.runner import ShardRunner
-from gazette.protocol import ProcessId, ShardSpec
+from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus, ShardSpec
 
 log = logging.getLogger(__name__)
 
 SHARD_FAILURES = Counter("gazette_consumer_shard_failures_total",
                          "Shard runs that failed (the shard is marked FAILED)")
 
-PENDING, PRIMARY, STANDBY, FAILED = "PENDING", "PRIMARY", "STANDBY", "FAILED"
-
-
-@dataclass(frozen=True)
-class Status:
-    """A shard's state on this member, and the error that failed it."""
-
-    state: str
-    error: str = ""
+PENDING, RECOVERING, STANDBY, PRIMARY, FAILED = (
+    ReplicaState.PENDING, ReplicaState.RECOVERING, ReplicaState.STANDBY, ReplicaState.PRIMARY,
+    ReplicaState.FAILED)
 
 
 class LocalShard:
     """`spec` on member `me`: `new_runner(spec)` makes its runner; `announce(id, route)`
-    writes a route the primary serves under into the shard's assignments."""
+    writes a route the primary serves under into the shard's assignments;
+    `report(id, status)` is told every status (None: the shard left this member)."""
 
     def __init__(self, spec: ShardSpec, me: ProcessId,
                  new_runner: Callable[[ShardSpec], ShardRunner],
-                 announce: Callable[[str, Any], Any]) -> None:
+                 announce: Callable[[str, Any], Any],
+                 report: Callable[[str, ReplicaStatus | None], None]) -> None:
         self.spec, self.me = spec, me
-        self._new_runner, self._announce = new_runner, announce
+        self._new_runner, self._announce, self._report = new_runner, announce, report
         self.route: Resolution[ShardSpec] | None = None
         self.runner: ShardRunner | None = None
-        self.status = Status(PENDING)
+        self._status = ReplicaStatus(PENDING)
+        report(self.id, self._status)
         self._task: asyncio.Task[None] | None = None
         self._failed_spec: ShardSpec | None = None
         self._changed = asyncio.Event()
@@ -60,6 +57,16 @@ class LocalShard:
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @property
+    def status(self) -> ReplicaStatus:
+        return self._status
+
+    @status.setter
+    def status(self, status: ReplicaStatus) -> None:
+        if status != self._status:
+            self._status = status
+            self._report(self.id, status)
 
     @property
     def is_primary(self) -> bool:
@@ -105,7 +112,7 @@ class LocalShard:
             if not task.cancelled() and task.exception() is not None:
                 err = task.exception()
                 SHARD_FAILURES.inc()
-                self.status = Status(FAILED, f"{type(err).__name__}: {err}")
+                self.status = ReplicaStatus(FAILED, f"{type(err).__name__}: {err}")
                 self._failed_spec = self.spec
                 log.error("shard %s failed: %s", self.id, self.status.error)
         wanted = self.is_primary and not self.spec.disable and \
@@ -115,12 +122,17 @@ class LocalShard:
             await self._stop_runner()
         if wanted and self._task is None:
             runner = self.runner = self._new_runner(self.spec)
+            runner.on_restored = lambda: self._restored(runner)
             self._task = asyncio.create_task(runner.run(), name=f"shard:{self.id}")
-            self.status = Status(PRIMARY)
+            self.status = ReplicaStatus(RECOVERING)
             self._failed_spec = None
             log.info("shard %s: running as primary", self.id)
         elif not wanted and self.status.state != FAILED:
-            self.status = Status(STANDBY if self.route is not None else PENDING)
+            self.status = ReplicaStatus(STANDBY if self.route is not None else PENDING)
+
+    def _restored(self, runner: ShardRunner) -> None:
+        if runner is self.runner:
+            self.status = ReplicaStatus(PRIMARY)
 
     async def _stop_runner(self) -> None:
         task, self._task, self.runner = self._task, None, None
@@ -131,4 +143,5 @@ class LocalShard:
 
     async def close(self, reason: str) -> None:
         await self._stop_runner()
+        self._report(self.id, None)
         log.info("shard %s: stopped here (%s)", self.id, reason)

@@ -3,7 +3,9 @@
 - ``{root}/items/{id}``: a JournalSpec or ShardSpec;
 - ``{root}/members/{zone}#{suffix}``: a member spec, under the member's lease;
 - ``{root}/assign/{item}#{zone}#{suffix}#{slot}``: an assignment (slot 0 is primary),
-  under its member's lease.
+  under its member's lease;
+- ``{root}/status/{item}#{zone}#{suffix}``: the status of a member's replica of an item
+  (consumer shards: `gazette.protocol.ReplicaStatus`), under that member's lease.
 
 Names never contain ``#`` (see `gazette.names`), so keys split unambiguously.
 """
@@ -39,6 +41,13 @@ class AssignmentKey:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusKey:
+    item: str
+    zone: str
+    suffix: str
+
+
+@dataclass(frozen=True, slots=True)
 class Layout:
     """The keys of one cluster (brokers) or one consumer application."""
 
@@ -68,6 +77,10 @@ class Layout:
     def assignments(self) -> str:
         return f"{self.root}/assign/"
 
+    @property
+    def statuses(self) -> str:
+        return f"{self.root}/status/"
+
     def item_key(self, item: str) -> str:
         return self.items + item
 
@@ -77,11 +90,18 @@ class Layout:
     def assignment_key(self, item: str, zone: str, suffix: str, slot: int) -> str:
         return f"{self.assignments}{item}#{zone}#{suffix}#{slot}"
 
+    def status_key(self, item: str, zone: str, suffix: str) -> str:
+        return f"{self.statuses}{item}#{zone}#{suffix}"
+
+    def item_statuses(self, item: str) -> str:
+        """The prefix of every replica status of `item`."""
+        return f"{self.statuses}{item}#"
+
     def item_assignments(self, item: str) -> str:
         """The prefix of every assignment of `item`."""
         return f"{self.assignments}{item}#"
 
-    def parse(self, key: str) -> ItemKey | MemberKey | AssignmentKey:
+    def parse(self, key: str) -> ItemKey | MemberKey | AssignmentKey | StatusKey:
         """Which kind of key this is, and its parts (each checked, so that a parsed key
         always formats back to `key`)."""
         if not isinstance(key, str):
@@ -98,9 +118,13 @@ class Layout:
                 if len(parts) == 4 and _is_slot(parts[3]):
                     return AssignmentKey(_item(parts[0]), _zone(parts[1]), _suffix(parts[2]),
                                          int(parts[3]))
+            if key.startswith(self.statuses):
+                parts = key[len(self.statuses):].split("#")
+                if len(parts) == 3:
+                    return StatusKey(_item(parts[0]), _zone(parts[1]), _suffix(parts[2]))
         except ValidationError as err:
             raise ValidationError("key", f"{key!r}: {err.reason}") from None
-        raise ValidationError("key", f"{key!r} is not an item, member or assignment key "
+        raise ValidationError("key", f"{key!r} is not an item, member, assignment or status key "
                               f"under {self.root}")
 
 

@@ -1,7 +1,8 @@
 """Specs in etcd: how items and members are encoded, decoded and applied.
 
 Items (JournalSpecs, ShardSpecs) and member specs are stored as protobuf messages; an
-assignment's value is its replica status. Applying a batch of spec changes is one etcd
+assignment's value is the route its member acknowledged (raw bytes); a status key's, a
+`ReplicaStatus`. Applying a batch of spec changes is one etcd
 transaction guarded by each item's mod revision, so concurrent editors never silently
 overwrite each other: the loser gets a `TxnConflict` naming what changed.
 """
@@ -13,13 +14,14 @@ from typing import Any
 
 from gazette.errors import ValidationError
 from gazette.keyspace.etcd import Etcd, KeyValue
-from gazette.keyspace.layout import AssignmentKey, ItemKey, Layout, MemberKey
+from gazette.keyspace.layout import AssignmentKey, ItemKey, Layout, MemberKey, StatusKey
 from gazette.keyspace.txn import Txn
 from gazette.pb import broker_pb2 as bpb
 from gazette.pb import consumer_pb2 as cpb
 from gazette.protocol import (
     JournalSpec,
     MemberSpec,
+    ReplicaStatus,
     ShardSpec,
     broker_spec_from_pb,
     broker_spec_to_pb,
@@ -84,6 +86,8 @@ class Decoder:
             return spec
         if isinstance(key, MemberKey):
             return self.member(kv.value)
+        if isinstance(key, StatusKey):
+            return ReplicaStatus.decode(kv.value)
         assert isinstance(key, AssignmentKey)
         return kv.value
 

@@ -43,6 +43,7 @@ from gazette.protocol.journal_spec import (
     validate_store_url,
 )
 from gazette.protocol.member_spec import MemberSpec, ProcessId
+from gazette.protocol.replica_status import ReplicaState, ReplicaStatus, combined_status
 from gazette.protocol.route import EMPTY_ROUTE, Route, route_from_pb
 from gazette.protocol.shard_spec import ShardSource, ShardSpec
 from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
@@ -60,6 +61,8 @@ __all__ = [
     "MemberSpec",
     "ProcessId",
     "ReadContent",
+    "ReplicaState",
+    "ReplicaStatus",
     "ReplicateContent",
     "Route",
     "ShardSource",
@@ -69,6 +72,7 @@ __all__ = [
     "SuspendLevel",
     "broker_spec_from_pb",
     "broker_spec_to_pb",
+    "combined_status",
     "consumer_spec_from_pb",
     "consumer_spec_to_pb",
     "content_field",
