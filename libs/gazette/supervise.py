@@ -12,10 +12,10 @@ half-alive with a task silently gone. A task that returns normally is done.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -30,6 +30,21 @@ TASK_FAILURES = Counter("gazette_task_failures_total",
                         "(the process stops)", ["task"])
 
 RESTART_INITIAL, RESTART_MAX = 0.2, 10.0
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait until it has finished, whatever it ends with; but if the
+    caller itself is cancelled meanwhile, that cancellation goes on (swallowing it would
+    leave whoever cancels the caller waiting forever)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:
+        log.debug("a cancelled task failed while finishing", exc_info=True)
 
 
 class TaskFailed(GazetteError):
@@ -109,9 +124,7 @@ class Supervisor:
         """Cancel task `name` (if running) and wait until it has finished."""
         task = self._tasks.pop(name, None)
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
 
     async def close(self) -> None:
         """Cancel every task and wait until all have finished."""

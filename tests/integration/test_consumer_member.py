@@ -92,10 +92,35 @@ async def test_a_busy_port_is_refused(etcd_server: EtcdServer, consumer_root: st
     await other.start()
     try:
         member = ConsumerMember(MemberConfig(
-            "counter", bind="127.0.0.1", port=port, broker_address=broker.grpc_address,
+            "counter", bind="127.0.0.1", port=port, http_port=-1,
+            broker_address=broker.grpc_address,
             etcd_address=etcd_server.endpoint, etcd_root=consumer_root), Application())
         with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{port}: "
                                           r"the port is in use \(another consumer member"):
             await member.start()
     finally:
         await other.stop(None)
+
+
+async def test_a_disabled_shard_is_not_assigned_until_enabled(
+        group: Group, consumer_root: str) -> None:
+    members, _ = group
+    layout = Layout.consumer_app("counter", consumer_root)
+    await eventually(lambda: len(primaries(members)) == 4, "every shard runs", timeout=20)
+    spec = ShardSpec("shard-off", (ShardSource("counts/in-0"),), disable=True)
+    witness = ShardSpec("shard-on", (ShardSource("counts/in-1"),))
+    await apply_changes(members[0].etcd, layout, [SpecChange(spec.id, 0, spec),
+                                                  SpecChange(witness.id, 0, witness)])
+    # Once the allocator has assigned shard-on, it has seen shard-off too: a disabled
+    # shard (replication 0) gets no assignment.
+    await eventually(lambda: "shard-on" in primaries(members, ["shard-on"]),
+                     "shard-on runs", timeout=20)
+    assigned = (await members[0].etcd.get_prefix(layout.item_assignments(spec.id))).kvs
+    assert [kv.key for kv in assigned] == []
+    entry = members[0].keyspace.get(layout.item_key(spec.id))
+    assert entry is not None
+    enabled = ShardSpec("shard-off", (ShardSource("counts/in-0"),))
+    await apply_changes(members[0].etcd, layout, [
+        SpecChange(spec.id, entry.kv.mod_revision, enabled)])
+    await eventually(lambda: "shard-off" in primaries(members, ["shard-off"]),
+                     "shard-off runs once enabled", timeout=20)

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gazette.keyspace import EtcdError
-from gazette.supervise import Supervisor, TaskFailed
+from gazette.supervise import Supervisor, TaskFailed, cancel_and_wait
 
 
 def restarts(kind: str) -> float:
@@ -75,3 +75,50 @@ async def test_a_task_that_returns_is_done_and_stop_cancels_one() -> None:
     await supervisor.close()
     with pytest.raises(RuntimeError):
         supervisor.spawn("late", forever)
+
+
+async def test_cancel_and_wait_lets_the_callers_own_cancellation_through() -> None:
+    """A task stopping another (a shard stopping its runner) and cancelled meanwhile
+    (its member stopping) ends: swallowing that cancellation hung member.stop()."""
+    runner_started, runner_stopping = asyncio.Event(), asyncio.Event()
+
+    async def runner() -> None:
+        runner_started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            runner_stopping.set()
+            await asyncio.sleep(3600)  # a slow cleanup, cut short by the second cancel
+
+    async def shard(task: asyncio.Task[None]) -> None:
+        await cancel_and_wait(task)
+        await asyncio.Event().wait()  # were the cancel swallowed, it would wait here
+
+    inner = asyncio.create_task(runner())
+    await runner_started.wait()
+    outer = asyncio.create_task(shard(inner))
+    await runner_stopping.wait()
+    outer.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+    inner.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await inner
+
+
+async def test_cancel_and_wait_ends_whatever_the_task_ends_with() -> None:
+    started = asyncio.Event()
+
+    async def fails_on_cancel() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            raise ValueError("cleanup failed")
+
+    task = asyncio.create_task(fails_on_cancel())
+    await started.wait()
+    await cancel_and_wait(task)  # neither the CancelledError nor the ValueError
+    assert task.done()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
@@ -32,10 +33,12 @@ from gazette.cluster import (
     Membership,
     Resolver,
     StatusWriter,
+    add_ops_routes,
 )
 from gazette.consumer.app import Application
 from gazette.consumer.runner import ShardRunner
 from gazette.consumer.service import ShardService
+from gazette.consumer.services import AppServices
 from gazette.consumer.shard import LocalShard
 from gazette.errors import ValidationError
 from gazette.keyspace import (
@@ -75,6 +78,9 @@ class MemberConfig:
     bind: str = ""
     #: gRPC port (0: a free one).
     port: int = 8090
+    #: HTTP port: /metrics, /healthz and the application's routes (0: a free one;
+    #: -1: no HTTP).
+    http_port: int = 8091
     shard_limit: int = 1024
     lease_ttl: int = DEFAULT_LEASE_TTL
     #: Seconds a stopping member waits for its shards to move to other members.
@@ -90,6 +96,9 @@ class MemberConfig:
         Layout.consumer_app(self.app_name, self.etcd_root)  # names a bad app or prefix
         if not 0 <= self.port <= 65535:
             raise ValidationError("consumer.port", f"must be in [0, 65535], got {self.port}")
+        if not -1 <= self.http_port <= 65535:
+            raise ValidationError("consumer.http-port",
+                                  f"must be in [-1, 65535], got {self.http_port}")
         for name, value, low in (("consumer.limit", self.shard_limit, 0),
                                  ("consumer.lease-ttl", self.lease_ttl, 1)):
             if value < low:
@@ -108,7 +117,8 @@ class ConsumerMember:
         self.id = ProcessId(config.zone, config.suffix)
         self.membership = Membership(
             self.etcd, self.keyspace, self.layout, self.id, lease_ttl=config.lease_ttl,
-            encode=encode_consumer, replication_of=lambda spec: 1 + int(spec.hot_standbys),
+            encode=encode_consumer,
+            replication_of=lambda spec: 0 if spec.disable else 1 + int(spec.hot_standbys),
             startup_timeout=config.etcd_startup_timeout)
         self.supervisor = Supervisor(transient=(EtcdError, OSError))
         self.resolver: Resolver[ShardSpec] = Resolver(self.keyspace, self.layout, self.id,
@@ -125,11 +135,18 @@ class ConsumerMember:
         self.health = HealthServicer()
         self.grpc_server: grpc.aio.Server | None = None
         self.port = 0
+        self.http: web.AppRunner | None = None
+        self.http_port = 0
         self._started = False
 
     @property
     def endpoint(self) -> str:
         return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        """Where this member serves HTTP ("" if it does not)."""
+        return f"http://{self.config.host}:{self.http_port}" if self.http_port else ""
 
     def _lease_id(self) -> int:
         lease = self.membership.lease
@@ -164,6 +181,23 @@ class ConsumerMember:
         self.grpc_server, self.port = grpc_server_on(cfg.bind, cfg.port, "consumer member")
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         consumer_pb2_grpc.add_ShardServicer_to_server(ShardService(self), self.grpc_server)
+        http_app = None
+        if cfg.http_port >= 0:
+            http_app = web.Application(client_max_size=1 << 20)
+            add_ops_routes(http_app, self.membership.ready)
+        self.app.register(AppServices(self, self.grpc_server, http_app))
+        if http_app is not None:
+            self.http = web.AppRunner(http_app, access_log=None, handle_signals=False,
+                                      shutdown_timeout=cfg.grace)
+            await self.http.setup()
+            site = web.TCPSite(self.http, cfg.bind or None, cfg.http_port,
+                               reuse_address=True)
+            try:
+                await site.start()
+            except OSError as err:
+                raise OSError(err.errno, f"cannot listen for HTTP on {cfg.bind or '*'}:"
+                              f"{cfg.http_port}: {err.strerror}") from err
+            self.http_port = int(self.http.addresses[0][1])
         self.client = JournalClient(cfg.broker_address)
         self.appender = AppendQueue(self.client)
         await self.etcd.connect()
@@ -177,9 +211,9 @@ class ConsumerMember:
         self.membership.run_allocator(self.supervisor)
         await self.grpc_server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        log.info("consumer member %s of %s serving: gRPC %s, brokers %s, etcd %s%s",
-                 self.id, cfg.app_name, self.endpoint, cfg.broker_address, cfg.etcd_address,
-                 self.layout.root)
+        log.info("consumer member %s of %s serving: gRPC %s, HTTP %s, brokers %s, etcd %s%s",
+                 self.id, cfg.app_name, self.endpoint, self.http_url or "off",
+                 cfg.broker_address, cfg.etcd_address, self.layout.root)
 
     async def drain(self, timeout: float) -> bool:
         """Ask for no shards and wait until none is assigned here."""
@@ -203,6 +237,8 @@ class ConsumerMember:
         if with_server is not None:
             await self.health.enter_graceful_shutdown()
             await with_server.stop(grace=self.config.grace)
+        if self.http is not None:
+            await self.http.cleanup()
         self.resolver.stop()
         await self.shards.close("the member is stopping")
         await self.supervisor.close()

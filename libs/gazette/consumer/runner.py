@@ -52,6 +52,7 @@ from gazette.message import (
     read_uncommitted,
 )
 from gazette.protocol import JournalSpec
+from gazette.supervise import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,9 @@ class ShardRunner:
         self._committing: asyncio.Future[None] | None = None
         #: Called once the store is restored and the sources found: processing starts.
         self.on_restored: Callable[[], None] | None = None
+        #: The shard's store while it is restored and running (queries read it: it
+        #: holds the open transaction's effects too).
+        self.store: Store | None = None
 
     @property
     def spec(self) -> Any:
@@ -131,6 +135,7 @@ class ShardRunner:
                        for s in self.spec.sources}
             self.shard.progress.restored(offsets)
             framings = {j: await self._framing(j) for j in offsets}
+            self.store = store
             if self.on_restored is not None:
                 self.on_restored()
             queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=READ_AHEAD_BATCHES)
@@ -146,11 +151,12 @@ class ShardRunner:
                 # itself, so that the shard's status names it rather than the group.
                 raise failed.exceptions[0] from failed
         finally:
-            if self._committing is not None and not self._committing.done():
-                self._committing.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._committing
-            await store.close()
+            self.store = None
+            try:
+                if self._committing is not None and not self._committing.done():
+                    await cancel_and_wait(self._committing)
+            finally:
+                await store.close()
 
     async def _framing(self, journal: str) -> Framing:
         listing = await self.client.list(f"name={journal}")

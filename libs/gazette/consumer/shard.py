@@ -14,7 +14,6 @@ etcd, where List, gazctl and the operator read it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from prometheus_client import Counter
 from gazette.cluster import Resolution
 from gazette.consumer.runner import ShardRunner
 from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus, ShardSpec
+from gazette.supervise import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +137,7 @@ class LocalShard:
     async def _stop_runner(self) -> None:
         task, self._task, self.runner = self._task, None, None
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
 
     async def close(self, reason: str) -> None:
         await self._stop_runner()

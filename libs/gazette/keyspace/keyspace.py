@@ -29,6 +29,7 @@ from gazette.keyspace.etcd import (
     KeyValue,
     iterate_stream,
 )
+from gazette.supervise import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +377,5 @@ class KeySpace(Generic[V]):
 
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
