@@ -45,6 +45,7 @@ async def test_serve_runs_shards_and_drains_on_sigterm(
                BROKER_ADDRESS=broker_server.grpc_address, LOG_FORMAT="json")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gazette_consumer", "serve", "--consumer.port", "0",
+        "--consumer.http-port", "0",
         "--consumer.host", "127.0.0.1", "--consumer.id", "member-0", env=env,
         stderr=asyncio.subprocess.PIPE)
     try:

@@ -8,6 +8,7 @@ spec (a journal, a shard).
 - local items (`LocalItems`): this member's assignments as running, supervised local
   objects, opened, updated and closed as the keyspace changes; `Announcer` writes the
   routes their primaries synced, `StatusWriter` the states of this member's replicas;
+- operations (`add_ops_routes`): ``/metrics`` and ``/healthz`` on a member's HTTP port;
 - forwarding (`Channels`, `forward_unary`, `forward_stream`, `proxied`): a request for
   an item served elsewhere goes on to a member of its route.
 """
@@ -35,6 +36,7 @@ from gazette.cluster.membership import (
     Membership,
     until_etcd,
 )
+from gazette.cluster.ops import add_ops_routes
 from gazette.cluster.resolver import Resolution, Resolver
 from gazette.cluster.status import StatusWriter
 
@@ -55,6 +57,7 @@ __all__ = [
     "Resolution",
     "Resolver",
     "StatusWriter",
+    "add_ops_routes",
     "forward_stream",
     "forward_unary",
     "proxied",

@@ -4,6 +4,7 @@ An application subclasses `Application` (``consume_message``, ``finalize_txn``);
 shard runs it over its source journals (`ShardRunner`), read-committed, in transactions
 whose checkpoint commits atomically with the application's state in its `Store`
 (`MemoryStore`, `JSONFileStore`, `SQLStore` on PostgreSQL, imported on first use).
+Its own gRPC methods and HTTP routes go on its members through `AppServices`.
 """
 
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from gazette.consumer.app import Application, Progress, Shard
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.runner import ShardRunner, SourceError
+from gazette.consumer.services import AppServices, ShardUnavailable
 from gazette.consumer.store import JSONFileStore, MemoryStore, Store
 
 
@@ -24,6 +26,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AppServices",
     "Application",
     "Checkpoint",
     "JSONFileStore",
@@ -32,6 +35,7 @@ __all__ = [
     "SQLStore",
     "Shard",
     "ShardRunner",
+    "ShardUnavailable",
     "SourceError",
     "Store",
     "StoreFenced",

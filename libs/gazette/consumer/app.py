@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gazette.consumer.store import MemoryStore, Store
 from gazette.message import Envelope, Publisher
 from gazette.protocol import JournalSpec, ShardSpec
+
+if TYPE_CHECKING:
+    from gazette.consumer.services import AppServices
 
 
 @dataclass
@@ -91,3 +94,7 @@ class Application:
     def finished_txn(self, shard: Shard, store: Any, committed: asyncio.Future[None]
                      ) -> Any:
         """The transaction's commit has started; `committed` resolves when it is done."""
+
+    def register(self, services: AppServices) -> None:
+        """A member starts: add the application's own gRPC methods (routed to a shard's
+        primary: `AppServices.add_shard_method`) and HTTP routes."""

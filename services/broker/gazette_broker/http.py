@@ -34,7 +34,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-import prometheus_client
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -48,7 +47,7 @@ from gazette.client import (
     ReadChunk,
     Unavailable,
 )
-from gazette.cluster import CLOSED_DELETED
+from gazette.cluster import CLOSED_DELETED, add_ops_routes
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
@@ -170,8 +169,7 @@ class HttpGateway:
         self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.ready = ready
         app = web.Application(client_max_size=1 << 20)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
+        add_ops_routes(app, lambda: self.ready())
         app.router.add_route("PUT", "/{journal:.+}", self._append)
         app.router.add_route("POST", "/{journal:.+}", self._append)
         app.router.add_get("/{journal:.+}", self._read)
@@ -191,16 +189,6 @@ class HttpGateway:
     async def stop(self) -> None:
         """Stop listening; requests in flight get `grace` seconds, then are cancelled."""
         await self._runner.cleanup()
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = prometheus_client.generate_latest(prometheus_client.REGISTRY)
-        return web.Response(body=body,
-                            headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        if self.ready():
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text="not serving\n")
 
     def _forwarded(self, request: web.Request, primary: bool) -> str:
         """The journal of `request` if it goes through `forward` (this broker is not its

@@ -47,6 +47,9 @@ SERVE_FLAGS: list[Flag] = [
      "host name other members reach this one at"),
     ("--consumer.bind", "CONSUMER_BIND", "bind", str, "interface to listen on (default: all)"),
     ("--consumer.port", "CONSUMER_PORT", "port", int, "gRPC port (0: any free port)"),
+    ("--consumer.http-port", "CONSUMER_HTTP_PORT", "http_port", int,
+     "HTTP port of /metrics, /healthz and the application's routes (0: any free port; "
+     "-1: no HTTP)"),
     ("--consumer.limit", "CONSUMER_LIMIT", "shard_limit", int, "most shards this member takes"),
     ("--consumer.lease-ttl", "CONSUMER_LEASE_TTL", "lease_ttl", int,
      "seconds the member spec outlives a member that died without cleaning up"),

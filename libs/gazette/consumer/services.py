@@ -1,0 +1,118 @@
+"""An application's own APIs on its members: gRPC methods routed to a shard's primary,
+and HTTP routes.
+
+A query of a shard's state (a word's count, a user's balance) must be answered by the
+member where that shard runs as primary, but clients should not need to know which one
+that is. `AppServices.add_shard_method` registers a unary gRPC method whose request names
+its shard (`shard_of`): any member takes it, runs the handler with the shard's live
+store if it is the primary, and else forwards the request, as received, to the primary
+(once: a forwarded request that finds no primary fails with UNAVAILABLE, which a client
+may retry). Requests and answers are bytes: the application picks the encoding (JSON,
+protobuf). HTTP routes (``services.http``, an aiohttp application, when the member serves
+HTTP) call the same methods with `call`.
+
+An application registers them in ``Application.register(services)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from aiohttp import web
+
+from gazette.cluster import FORWARDED
+from gazette.consumer.app import Shard
+from gazette.errors import ValidationError
+
+if TYPE_CHECKING:
+    from gazette.consumer.member import ConsumerMember
+
+#: Metadata a forwarded request carries (the receiver answers itself or refuses).
+FORWARDED_KEY = "gazette-forwarded"
+#: Deadline of a call when its caller set none.
+CALL_SECONDS = 30.0
+
+ShardHandler = Callable[[Shard, Any, bytes], Awaitable[bytes]]
+"""Answers a request from the shard (its handle and its store) this member runs."""
+
+
+class ShardUnavailable(Exception):
+    """The shard has no primary now (or is not known): retry later."""
+
+
+@dataclass(frozen=True)
+class _Method:
+    handler: ShardHandler
+    shard_of: Callable[[bytes], str]
+
+
+class AppServices:
+    """What `Application.register` gets: `grpc_server` (add servicers to it), `http`
+    (an aiohttp application, None when the member serves no HTTP), and shard methods."""
+
+    def __init__(self, member: ConsumerMember, grpc_server: grpc.aio.Server,
+                 http: web.Application | None) -> None:
+        self._member = member
+        self.grpc_server, self.http = grpc_server, http
+        self._methods: dict[str, _Method] = {}
+
+    def add_shard_method(self, service: str, method: str, handler: ShardHandler,
+                         shard_of: Callable[[bytes], str]) -> str:
+        """Serve ``/{service}/{method}``: `shard_of(request)` names the shard whose
+        primary answers with `handler`. Returns the method's path (for `call`)."""
+        path = f"/{service}/{method}"
+        self._methods[path] = _Method(handler, shard_of)
+
+        async def serve(request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+                        ) -> bytes:
+            forwarded = any(k == FORWARDED_KEY for k, _ in
+                            (context.invocation_metadata() or ()))
+            remaining = context.time_remaining()
+            try:
+                return await self._answer(path, request, forwarded,
+                                          CALL_SECONDS if remaining is None else remaining)
+            except ValidationError as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            except ShardUnavailable as err:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+            except grpc.aio.AioRpcError as err:
+                await context.abort(err.code(), err.details() or "")
+            raise AssertionError("abort() raises")  # pragma: no cover
+
+        self.grpc_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            service, {method: grpc.unary_unary_rpc_method_handler(serve)}),))
+        return path
+
+    async def call(self, path: str, request: bytes, timeout: float = CALL_SECONDS) -> bytes:
+        """Call a shard method from this member (an HTTP route, say): answered here or
+        by the shard's primary. Raises `ValidationError` (a bad request),
+        `ShardUnavailable`, or the primary's `grpc.aio.AioRpcError`."""
+        return await self._answer(path, request, False, timeout)
+
+    async def _answer(self, path: str, request: bytes, forwarded: bool,
+                      timeout: float) -> bytes:
+        method = self._methods[path]
+        shard_id = method.shard_of(request)
+        member = self._member
+        local = member.shards.items.get(shard_id)
+        runner = local.runner if local is not None and local.is_primary else None
+        if runner is not None and runner.store is not None:
+            async with asyncio.timeout(timeout):
+                return await method.handler(runner.shard, runner.store, request)
+        res = member.resolver.resolve(shard_id)
+        if res.spec is None:
+            raise ValidationError("shard", f"no shard {shard_id!r}")
+        endpoint = res.primary_endpoint
+        if forwarded or not endpoint or res.route.primary_id == member.id:
+            raise ShardUnavailable(f"shard {shard_id} has no running primary (route "
+                                   f"{res.route}); retry")
+        FORWARDED.labels(path.rsplit("/", 1)[-1]).inc()
+        call = member.channels.get(endpoint).unary_unary(
+            path, request_serializer=None, response_deserializer=None)
+        answer: bytes = await call(request, timeout=timeout,
+                                   metadata=((FORWARDED_KEY, "1"),))
+        return answer

@@ -1,0 +1,102 @@
+"""The word-count example on two consumer members over a real broker and etcd: lines
+are split into word deltas and counted by the shard that owns each word; the query API
+(gRPC and HTTP) answers from any member, the other forwarding to the owner's primary;
+bad queries are refused clearly; the member's /metrics and /healthz serve."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from gazette.client import JournalClient
+from gazette.consumer.member import ConsumerMember
+from gazette.keyspace import Etcd
+from gazette_broker import BrokerServer
+from gazette_consumer.examples import word_count
+from gazette_consumer.examples.word_count import WordCount, count_shard, publish, query, setup
+from tests.fixtures.consumer import Stores, members_of
+from tests.fixtures.etcd import EtcdServer
+from tests.fixtures.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+LINES = ["the cat sat on the mat", "The dog ate the cat's dinner", "a cat, a dog; a bird"]
+EXPECTED = {"the": 4, "cat": 2, "a": 3, "dog": 2, "cat's": 1, "bird": 1, "mat": 1}
+
+
+@pytest.fixture
+async def members(etcd_server: EtcdServer, consumer_root: str, broker_server: BrokerServer,
+                  tmp_path: Path) -> AsyncIterator[list[ConsumerMember]]:
+    etcd = Etcd(etcd_server.endpoint)
+    await etcd.connect()
+    try:
+        async with JournalClient(broker_server.grpc_address) as client:
+            await setup(client, etcd, etcd_root=consumer_root)
+    finally:
+        await etcd.close()
+    started: list[ConsumerMember] = []
+    try:
+        started = await members_of(etcd_server, consumer_root, broker_server, Stores(),
+                                   ["m0", "m1"], lambda: WordCount(tmp_path / "stores"),
+                                   app_name="word-count")
+        yield started
+    finally:
+        for m in started:
+            await m.stop()
+
+
+def address(member: ConsumerMember) -> str:
+    return f"127.0.0.1:{member.port}"
+
+
+async def test_words_are_counted_and_queried_from_any_member(
+        members: list[ConsumerMember], broker_server: BrokerServer, tmp_path: Path) -> None:
+    async with JournalClient(broker_server.grpc_address) as client:
+        await publish(client, LINES)
+
+    async def counted() -> bool:
+        for word, n in EXPECTED.items():
+            if (await query(address(members[0]), word))["count"] != n:
+                return False
+        return True
+
+    await eventually(counted, "every word is counted", timeout=30)
+    for member in members:  # each answers every word: the owner itself, or forwarded
+        for word, n in EXPECTED.items():
+            answer = await query(address(member), word.upper())
+            assert answer == {"word": word, "count": n, "shard": count_shard(word)}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{member.http_url}/word-count/cat") as r:
+                assert r.status == 200 and (await r.json())["count"] == 2
+            async with http.get(f"{member.http_url}/word-count/%20%21") as r:
+                assert r.status == 400 and "word" in (await r.json())["error"]
+            async with http.get(f"{member.http_url}/healthz") as r:
+                assert r.status == 200
+            async with http.get(f"{member.http_url}/metrics") as r:
+                assert "gazette_consumer_messages_total" in await r.text()
+    assert await query(address(members[1]), "unseen") == {
+        "word": "unseen", "count": 0, "shard": count_shard("unseen")}
+    # The counts are in the shards' JSON files.
+    files = sorted(p.name for p in (tmp_path / "stores").iterdir())
+    assert files == [f"word-count_{s}.json" for s in
+                     ["count-000", "count-001", "count-002", "count-003", "split"]]
+
+
+async def test_a_bad_query_is_refused_naming_the_field(
+        members: list[ConsumerMember]) -> None:
+    async with grpc.aio.insecure_channel(address(members[0])) as channel:
+        call = channel.unary_unary(word_count.COUNT_PATH, request_serializer=None,
+                                   response_deserializer=None)
+        for bad, named in ((b"not json", "request"), (json.dumps({"word": 3}).encode(),
+                                                      "word")):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call(bad, timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (err.value.details() or "").startswith(named)
+    # The member keeps serving.
+    assert (await query(address(members[0]), "cat"))["word"] == "cat"
