@@ -1,7 +1,8 @@
 """The journal client: appends (retried only where that cannot append twice), following
 reads that resume after failures, direct reads of persisted fragments, listings, watches
 and spec changes against a broker, and the `AppendQueue` that the message library's
-Publisher appends through. See docs/client.md."""
+Publisher appends through; `ShardClient`, the same for consumer shards against a
+consumer member. See docs/client.md."""
 
 from gazette.client.appends import AppendContent
 from gazette.client.errors import AppendUncertain, ApplyConflict, BrokerError, Unavailable
@@ -10,6 +11,15 @@ from gazette.client.journal import JournalClient
 from gazette.client.queue import AppendQueue, QueueClosed
 from gazette.client.results import AppendResult, ReadChunk
 from gazette.client.retry import RETRYABLE_STATUSES, RetryPolicy
+from gazette.client.shards import (
+    ListedShard,
+    ShardApplyConflict,
+    ShardClient,
+    ShardError,
+    ShardHints,
+    ShardStat,
+    ShardUnavailable,
+)
 from gazette.client.specs import Applied, FragmentInfo, ListedJournal, Listing
 from gazette.client.wire import parse_address
 from gazette.protocol import Route
@@ -27,11 +37,18 @@ __all__ = [
     "FragmentInfo",
     "JournalClient",
     "ListedJournal",
+    "ListedShard",
     "Listing",
     "QueueClosed",
     "ReadChunk",
     "RetryPolicy",
     "Route",
+    "ShardApplyConflict",
+    "ShardClient",
+    "ShardError",
+    "ShardHints",
+    "ShardStat",
+    "ShardUnavailable",
     "Unavailable",
     "fetch_fragment",
     "parse_address",

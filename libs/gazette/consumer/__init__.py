@@ -12,7 +12,7 @@ from typing import Any
 from gazette.consumer.app import Application, Progress, Shard
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.runner import ShardRunner, SourceError
-from gazette.consumer.services import AppServices, ShardUnavailable
+from gazette.consumer.services import AppServices, NoShardPrimary
 from gazette.consumer.store import JSONFileStore, MemoryStore, Store
 
 
@@ -31,11 +31,11 @@ __all__ = [
     "Checkpoint",
     "JSONFileStore",
     "MemoryStore",
+    "NoShardPrimary",
     "Progress",
     "SQLStore",
     "Shard",
     "ShardRunner",
-    "ShardUnavailable",
     "SourceError",
     "Store",
     "StoreFenced",

@@ -40,7 +40,7 @@ ShardHandler = Callable[[Shard, Any, bytes], Awaitable[bytes]]
 """Answers a request from the shard (its handle and its store) this member runs."""
 
 
-class ShardUnavailable(Exception):
+class NoShardPrimary(Exception):
     """The shard has no primary now (or is not known): retry later."""
 
 
@@ -77,7 +77,7 @@ class AppServices:
                                           CALL_SECONDS if remaining is None else remaining)
             except ValidationError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-            except ShardUnavailable as err:
+            except NoShardPrimary as err:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
             except grpc.aio.AioRpcError as err:
                 await context.abort(err.code(), err.details() or "")
@@ -90,7 +90,7 @@ class AppServices:
     async def call(self, path: str, request: bytes, timeout: float = CALL_SECONDS) -> bytes:
         """Call a shard method from this member (an HTTP route, say): answered here or
         by the shard's primary. Raises `ValidationError` (a bad request),
-        `ShardUnavailable`, or the primary's `grpc.aio.AioRpcError`."""
+        `NoShardPrimary`, or the primary's `grpc.aio.AioRpcError`."""
         return await self._answer(path, request, False, timeout)
 
     async def _answer(self, path: str, request: bytes, forwarded: bool,
@@ -108,7 +108,7 @@ class AppServices:
             raise ValidationError("shard", f"no shard {shard_id!r}")
         endpoint = res.primary_endpoint
         if forwarded or not endpoint or res.route.primary_id == member.id:
-            raise ShardUnavailable(f"shard {shard_id} has no running primary (route "
+            raise NoShardPrimary(f"shard {shard_id} has no running primary (route "
                                    f"{res.route}); retry")
         FORWARDED.labels(path.rsplit("/", 1)[-1]).inc()
         call = member.channels.get(endpoint).unary_unary(

@@ -1,4 +1,4 @@
-"""``gazctl``: journals from the command line, as in the broker tutorial.
+"""``gazctl``: journals and consumer shards from the command line, as in the tutorials.
 
     gazctl journals list [-l SELECTOR] [--primary] [--replicas] [--format table|yaml|json]
     gazctl journals apply [-f FILE|-] [--dry-run] [--max-txn-size N]
@@ -8,9 +8,16 @@
     gazctl journals read -l SELECTOR [--block] [--tail] [--offset N] [--direct]
     gazctl journals fragments [-l SELECTOR] [--from T] [--to T] [--url] [--format table|json]
     gazctl journals prune -l SELECTOR [--dry-run] [--file-root DIR]
+    gazctl shards list [-l SELECTOR] [--primary] [--lag] [--format table|yaml|json]
+    gazctl shards apply [-f FILE|-] [--dry-run] [--max-txn-size N]
+    gazctl shards edit -l SELECTOR [--max-txn-size N]
+    gazctl shards unassign -l SELECTOR [--failed] [--dry-run]
+    gazctl shards hints --shard ID [--format yaml|json]
+    gazctl shards prune [-l SELECTOR] [--dry-run]
 
 Global flags (anywhere on the line): ``--broker``, ``--log.level``, ``--log.format``;
-``gazctl --version`` prints the version.
+``gazctl shards`` also takes ``--consumer.address`` (a member of the consumer
+application); ``gazctl --version`` prints the version.
 Exit status: 0 done, 1 failed, 2 bad usage. See docs/gazctl.md.
 """
 
@@ -34,6 +41,7 @@ from gazette.gazctl.config import (
     Address,
     UsageError,
     broker_address,
+    consumer_address,
     duration_arg,
     journal_arg,
     offset_arg,
@@ -95,12 +103,14 @@ def build_parser() -> Parser:
     from gazette.gazctl import apply as apply_cmd
     from gazette.gazctl import fragments as fragments_cmd
     from gazette.gazctl import journals as cmd
+    from gazette.gazctl import shards as shards_cmd
 
     common = _global_flags()
     raw = argparse.RawDescriptionHelpFormatter
     parser = Parser(prog="gazctl", parents=[common], formatter_class=raw,
-                    description="gazctl talks to Gazette brokers.",
-                    epilog="Run 'gazctl journals --help' for the journals commands.")
+                    description="gazctl talks to Gazette brokers and consumers.",
+                    epilog="Run 'gazctl journals --help' or 'gazctl shards --help' for "
+                           "their commands.")
     parser.add_argument("--version", action="version", version=f"gazctl {version()}",
                         help="print gazctl's version and exit")
     parser.set_defaults(help_parser=parser, verb=None)
@@ -219,6 +229,8 @@ def build_parser() -> Parser:
     p.add_argument("--file-root", metavar="DIR", default=None,
                    help="folder of file:// stores: the broker's --broker.file-root "
                         "[$BROKER_FILE_ROOT]")
+
+    shards_cmd.add_parser(nouns, common, txn_size)
     return parser
 
 
@@ -309,6 +321,8 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
     try:
         _check_args(args)
         address = broker_address(getattr(args, "broker", None), env)
+        if args.noun == "shards":
+            args.consumer_address = consumer_address(getattr(args, "consumer", None), env)
     except UsageError as err:
         _error(err_stream, err)
         return EXIT_USAGE
@@ -334,7 +348,7 @@ def _failure(inv: _Invocation, err: BaseException) -> int | None:
     it is not one of ours to report (a bug: let it raise)."""
     import grpc
 
-    from gazette.client import Unavailable
+    from gazette.client import ShardUnavailable, Unavailable
     from gazette.errors import GazetteError
 
     if isinstance(err, KeyboardInterrupt | asyncio.CancelledError):
@@ -346,7 +360,14 @@ def _failure(inv: _Invocation, err: BaseException) -> int | None:
     if isinstance(err, UsageError):
         _error(inv.stderr, err)
         return EXIT_USAGE
-    if isinstance(err, Unavailable):
+    if isinstance(err, ShardUnavailable):
+        hint = ""
+        if err.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            where = inv.args.consumer_address
+            hint = (f" (is a consumer member listening at {where.address}? the address "
+                    f"came from {where.source})")
+        _error(inv.stderr, f"{err}{hint}")
+    elif isinstance(err, Unavailable):
         hint = ""
         if err.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             hint = (f" (is a broker listening at {inv.address.address}? the address came "

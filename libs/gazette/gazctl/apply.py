@@ -1,7 +1,8 @@
-"""The ``gazctl journals apply`` and ``edit`` verbs: YAML spec trees into revision-guarded
-Applies, in batches of at most ``--max-txn-size`` changes (one etcd transaction holds at
-most 128 operations), as Go gazctl's ``--max-txn-size`` does. Each batch is atomic; the
-whole is not, so a failed batch is reported with what was applied before it.
+"""The ``apply`` and ``edit`` verbs of ``gazctl journals`` and ``gazctl shards``: YAML spec
+trees into revision-guarded Applies, in batches of at most ``--max-txn-size`` changes (one
+etcd transaction holds at most 128 operations), as Go gazctl's ``--max-txn-size`` does.
+Each batch is atomic; the whole is not, so a failed batch is reported with what was
+applied before it. A `SpecKind` is what differs between journals and shards.
 """
 
 from __future__ import annotations
@@ -13,39 +14,76 @@ import os
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
-from gazette.client import ApplyConflict, JournalClient
+from gazette.client import Applied, ApplyConflict, JournalClient
 from gazette.errors import GazetteError, ValidationError
 from gazette.gazctl.config import MAX_TXN_SIZE
-from gazette.gazctl.context import CommandError, Context, info, selected, stdin_reader, warn
+from gazette.gazctl.context import CommandError, Context, info, stdin_reader, warn
 from gazette.gazctl.framing import InputPump
 from gazette.labels import LabelSet, Selector
-from gazette.protocol import JournalSpec
+from gazette.protocol import JournalSpec, ShardSpec
 from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
 
-Changes = Sequence[SpecChange[JournalSpec]]
+S = TypeVar("S", JournalSpec, ShardSpec)
+Changes = Sequence[SpecChange[Any]]
 
-RETRY_HINT = "list the journals again and re-apply your changes"
+
+@dataclass(frozen=True)
+class SpecKind(Generic[S]):
+    """What applying and editing one kind of spec takes: its name for messages (`item`,
+    e.g. "journal"), the `server` that applies it, the implicit `label` naming one,
+    how to `parse` YAML, `apply` changes, and list the `current` specs with their mod
+    revisions (for edits, and for saying which revision was stale)."""
+
+    item: str
+    server: str
+    label: str
+    parse: Callable[[str], list[SpecChange[S]]]
+    apply: Callable[[Sequence[SpecChange[S]]], Awaitable[Applied]]
+    current: Callable[[Selector], Awaitable[list[tuple[S, int]]]]
+
+    @property
+    def noun(self) -> str:
+        return f"{self.item}s"
+
+    @property
+    def retry_hint(self) -> str:
+        return f"list the {self.noun} again and re-apply your changes"
 
 
-def parse_specs(text: str, source: str) -> list[SpecChange[JournalSpec]]:
+def journal_kind(client: JournalClient) -> SpecKind[JournalSpec]:
+    """Journals, through a broker's `client`."""
+    async def current(selector: Selector) -> list[tuple[JournalSpec, int]]:
+        return [(j.spec, j.mod_revision) for j in (await client.list(selector)).journals]
+
+    return SpecKind("journal", "broker", "name", journal_changes_from_yaml, client.apply,
+                    current)
+
+
+def spec_name(spec: JournalSpec | ShardSpec) -> str:
+    return spec.name if isinstance(spec, JournalSpec) else spec.id
+
+
+def parse_specs(kind: SpecKind[S], text: str, source: str) -> list[SpecChange[S]]:
     """Changes from apply-style YAML; CommandError naming `source` and the field."""
     try:
-        changes = journal_changes_from_yaml(text)
+        changes = kind.parse(text)
     except ValidationError as err:
-        raise CommandError(f"{source}: invalid journal specs: {err}") from None
+        raise CommandError(f"{source}: invalid {kind.item} specs: {err}") from None
     if not changes:
-        raise CommandError(f"{source}: no journal specs found")
+        raise CommandError(f"{source}: no {kind.item} specs found")
     return changes
 
 
-async def stale_changes(client: JournalClient, changes: Changes, err: ApplyConflict) -> str:
+async def stale_changes(kind: SpecKind[S], changes: Changes, err: ApplyConflict) -> str:
     """Which changes were stale, and why, as one clause."""
-    wanted = Selector(LabelSet([("name", c.name) for c in changes]))
+    wanted = Selector(LabelSet([(kind.label, c.name) for c in changes]))
     try:
-        now = {j.spec.name: j.mod_revision for j in (await client.list(wanted)).journals}
+        now = {spec_name(spec): rev for spec, rev in await kind.current(wanted)}
     except GazetteError:
         now = None
     stale = []
@@ -70,15 +108,15 @@ class _Stale(CommandError):
     """A batch not applied because a revision in it was stale (the message says which)."""
 
 
-async def _apply_batch(ctx: Context, batch: Changes) -> int:
+async def _apply_batch(kind: SpecKind[S], batch: Sequence[SpecChange[S]]) -> int:
     """One Apply; its revision. CommandError saying why it was refused, as a clause
     (the caller knows what else was or was not applied)."""
     try:
-        applied = await ctx.client.apply(batch)
+        applied = await kind.apply(batch)
     except ApplyConflict as err:
-        raise _Stale(await stale_changes(ctx.client, batch, err)) from None
+        raise _Stale(await stale_changes(kind, batch, err)) from None
     except ValidationError as err:
-        raise CommandError(f"the broker refused the specs: {err}") from None
+        raise CommandError(f"the {kind.server} refused the specs: {err}") from None
     for warning in applied.warnings:
         warn(warning)
     return applied.revision
@@ -103,10 +141,10 @@ def _applied(changes: Changes, done: int, size: int, revision: int) -> str:
 
 
 def partial_failure(changes: Changes, size: int, failed: int, reason: str,
-                    revision: int, *, uncertain: bool = False) -> str:
+                    revision: int, *, uncertain: bool = False, noun: str = "journals") -> str:
     """One line on a failed batch (index `failed`) of many: why, which batches (and so
-    which journals, by their place in the input) were applied, and which were not.
-    `uncertain`: the broker was not reached in the end, so the failed batch itself may
+    which `noun`, by their place in the input) were applied, and which were not.
+    `uncertain`: the server was not reached in the end, so the failed batch itself may
     have been applied."""
     count = -(-len(changes) // size)
     done, after = failed * size, min((failed + 1) * size, len(changes))
@@ -115,7 +153,7 @@ def partial_failure(changes: Changes, size: int, failed: int, reason: str,
         parts = [f"{this} was not applied: {reason}",
                  _applied(changes, done, size, revision) if done else "no batch was applied"]
         if not done:
-            return "; ".join([*parts, RETRY_HINT])
+            return "; ".join([*parts, f"list the {noun} again and re-apply your changes"])
         after = done  # the failed batch is among those not applied
     else:
         parts = [f"{this} failed and may or may not have been applied: {reason}",
@@ -124,22 +162,22 @@ def partial_failure(changes: Changes, size: int, failed: int, reason: str,
     if after < len(changes):
         parts.append(f"not applied: {_batches(after // size + 1, count)} "
                      f"({_span(changes, after, len(changes))})")
-    return "; ".join([*parts, "list the journals again and re-apply those"])
+    return "; ".join([*parts, f"list the {noun} again and re-apply those"])
 
 
-async def apply_changes(ctx: Context, changes: Changes,
+async def apply_changes(kind: SpecKind[S], changes: Sequence[SpecChange[S]],
                         max_txn_size: int = MAX_TXN_SIZE) -> int:
     """Apply in batches of at most `max_txn_size` changes, each its own Apply with the
     revision guards of its changes; the last revision. CommandError (one line) if a
-    revision was stale or the broker refused a spec, naming what was applied before."""
+    revision was stale or the server refused a spec, naming what was applied before."""
     if not 1 <= max_txn_size <= MAX_TXN_SIZE:
         raise CommandError(f"max_txn_size: must be 1 to {MAX_TXN_SIZE}, got {max_txn_size}")
     count = -(-len(changes) // max_txn_size)
     if count == 1:
         try:
-            revision = await _apply_batch(ctx, changes)
+            revision = await _apply_batch(kind, changes)
         except _Stale as err:
-            raise CommandError(f"not applied: {err}; {RETRY_HINT}") from None
+            raise CommandError(f"not applied: {err}; {kind.retry_hint}") from None
         info("successfully applied", revision=revision)
         return revision
     warn(f"applying {len(changes)} changes in {count} batches of at most {max_txn_size}; "
@@ -148,21 +186,22 @@ async def apply_changes(ctx: Context, changes: Changes,
     for n in range(count):
         batch = changes[n * max_txn_size:(n + 1) * max_txn_size]
         try:
-            revision = await _apply_batch(ctx, batch)
+            revision = await _apply_batch(kind, batch)
         except CommandError as err:  # stale or refused: nothing of the batch applied
             raise CommandError(partial_failure(changes, max_txn_size, n, str(err),
-                                               revision)) from None
+                                               revision, noun=kind.noun)) from None
         except GazetteError as err:  # unreachable: an attempt may have been applied
             raise CommandError(partial_failure(changes, max_txn_size, n, str(err), revision,
-                                               uncertain=True)) from None
+                                               uncertain=True, noun=kind.noun)) from None
         info("applied batch", batch=f"{n + 1}/{count}", changes=len(batch),
              revision=revision)
     info("successfully applied", revision=revision)
     return revision
 
 
-async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
-    if args.file == "-":
+async def read_input(ctx: Context, file: str) -> tuple[str, str]:
+    """The text of `file` ('-': stdin) and what to call it in messages."""
+    if file == "-":
         source = "stdin"
         # In a daemon thread: Ctrl-C while waiting on a terminal must not hang the exit.
         data = b"".join([chunk async for chunk in InputPump(stdin_reader(ctx.stdin)).chunks()])
@@ -171,13 +210,18 @@ async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
         except UnicodeDecodeError as exc:
             raise CommandError(f"stdin is not UTF-8 text: {exc}") from None
     else:
-        source = args.file
+        source = file
         try:
-            text = await asyncio.to_thread(Path(args.file).read_text, encoding="utf-8")
+            text = await asyncio.to_thread(Path(file).read_text, encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {args.file}: "
+            raise CommandError(f"cannot read {file}: "
                                f"{getattr(exc, 'strerror', None) or exc}") from None
-    changes = parse_specs(text, source)
+    return text, source
+
+
+async def apply_specs(ctx: Context, args: argparse.Namespace, kind: SpecKind[S]) -> int:
+    """``apply``: the changes of ``-f``'s YAML (``--dry-run``: only shown)."""
+    changes = parse_specs(kind, *await read_input(ctx, args.file))
     if args.dry_run:
         for c in changes:
             action = "delete" if c.is_delete else "upsert"
@@ -187,12 +231,16 @@ async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
         info("dry run: nothing was applied", changes=len(changes),
              **({"batches": count} if count > 1 else {}))
         return 0
-    await apply_changes(ctx, changes, args.max_txn_size)
+    await apply_changes(kind, changes, args.max_txn_size)
     return 0
 
 
+async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
+    return await apply_specs(ctx, args, journal_kind(ctx.client))
+
+
 EDIT_HEADER = """\
-# Edit the journal specs below, then save and quit: they are applied in one transaction
+# Edit the {item} specs below, then save and quit: they are applied in one transaction
 # (in batches if there are more than --max-txn-size), each only if it is still at its
 # revision. Lines beginning with '#' are ignored; an unchanged or empty file applies
 # nothing.
@@ -210,12 +258,13 @@ def run_editor(editor: str, path: str) -> int:
     return subprocess.run(f"{editor} {shlex.quote(path)}", shell=True, check=False).returncode
 
 
-async def cmd_edit(ctx: Context, args: argparse.Namespace) -> int:
-    journals = await selected(ctx, args.selector)
-    if not journals:
-        raise CommandError(f"no journals match the selector {args.selector.format()!r}")
-    original = EDIT_HEADER + specs_to_yaml([(j.spec, j.mod_revision) for j in journals])
-    fd, path = tempfile.mkstemp(prefix="gazctl-journals-edit-", suffix=".yaml")
+async def edit_specs(ctx: Context, args: argparse.Namespace, kind: SpecKind[S]) -> int:
+    """``edit``: the selected specs through $EDITOR, then applied with revision guards."""
+    specs = await kind.current(args.selector)
+    if not specs:
+        raise CommandError(f"no {kind.noun} match the selector {args.selector.format()!r}")
+    original = EDIT_HEADER.format(item=kind.item) + specs_to_yaml(specs)
+    fd, path = tempfile.mkstemp(prefix=f"gazctl-{kind.noun}-edit-", suffix=".yaml")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(original)
     editor = ctx.env.get("EDITOR") or "vi"
@@ -235,9 +284,14 @@ async def cmd_edit(ctx: Context, args: argparse.Namespace) -> int:
         ctx.stderr.write("Edit cancelled, no changes made.\n")
         return 0
     try:
-        await apply_changes(ctx, parse_specs(edited, "edited specs"), args.max_txn_size)
+        await apply_changes(kind, parse_specs(kind, edited, "edited specs"),
+                            args.max_txn_size)
     except CommandError as err:
         raise CommandError(f"{err} (your edit is kept in {path})") from None
     with contextlib.suppress(OSError):
         os.unlink(path)
     return 0
+
+
+async def cmd_edit(ctx: Context, args: argparse.Namespace) -> int:
+    return await edit_specs(ctx, args, journal_kind(ctx.client))

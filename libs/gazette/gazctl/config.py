@@ -3,6 +3,9 @@
 The broker address is ``--broker``, else ``$BROKER_ADDRESS``, else ``Address`` under
 ``[journals.Broker]`` in ``$HOME/.config/gazette/gazctl.ini`` (the tutorial's file; a
 ``[journals]`` or ``[Broker]`` section is read too), else ``http://localhost:8080``.
+The consumer member's (``gazctl shards``) is ``--consumer.address``, else
+``$CONSUMER_ADDRESS``, else ``Address`` under ``[shards.Consumer]`` (or ``[shards]``,
+``[Consumer]``), else ``localhost:8090``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ DEFAULT_ADDRESS = "http://localhost:8080"
 MAX_TXN_SIZE = 128
 #: Sections of gazctl.ini holding ``Address``, first match wins.
 INI_SECTIONS = ("journals.Broker", "journals.broker", "journals", "Broker", "broker")
+DEFAULT_CONSUMER_ADDRESS = "localhost:8090"
+CONSUMER_INI_SECTIONS = ("shards.Consumer", "shards.consumer", "shards", "Consumer",
+                         "consumer")
 
 
 class UsageError(GazetteError):
@@ -58,36 +64,51 @@ def read_ini(path: Path) -> configparser.ConfigParser | None:
 
 @dataclass(frozen=True)
 class Address:
-    """The broker's address and where it came from (for error messages)."""
+    """A server's address and where it came from (for error messages)."""
 
     address: str
     source: str
 
 
-def broker_address(flag: str | None, env: Mapping[str, str] | None = None) -> Address:
-    """--broker, then $BROKER_ADDRESS, then gazctl.ini, then the default; UsageError if
-    the chosen address is not one (naming where it came from)."""
+def _address(what: str, flag: tuple[str, str | None], variable: str,
+             sections: tuple[str, ...], default: str, env: Mapping[str, str] | None
+             ) -> Address:
+    """The `flag` (its name and value), then `$variable`, then gazctl.ini's `sections`,
+    then `default`; UsageError if the chosen address is not one (naming `what` and
+    where it came from)."""
     env = os.environ if env is None else env
     found: Address | None = None
-    if flag:
-        found = Address(flag, "--broker")
-    elif env.get("BROKER_ADDRESS"):
-        found = Address(env["BROKER_ADDRESS"], "$BROKER_ADDRESS")
+    if flag[1]:
+        found = Address(flag[1], flag[0])
+    elif env.get(variable):
+        found = Address(env[variable], f"${variable}")
     else:
         path = ini_path(env)
         config = read_ini(path)
         if config is not None:
-            for section in INI_SECTIONS:
+            for section in sections:
                 value = config.get(section, "Address", fallback="").strip()
                 if value:
                     found = Address(value, f"{path} [{section}] Address")
                     break
-    found = found or Address(DEFAULT_ADDRESS, "the default")
+    found = found or Address(default, "the default")
     try:
         parse_address(found.address)
     except ValidationError as err:
-        raise UsageError(f"broker address from {found.source}: {err.reason}") from None
+        raise UsageError(f"{what} address from {found.source}: {err.reason}") from None
     return found
+
+
+def broker_address(flag: str | None, env: Mapping[str, str] | None = None) -> Address:
+    """--broker, then $BROKER_ADDRESS, then gazctl.ini, then the default."""
+    return _address("broker", ("--broker", flag), "BROKER_ADDRESS", INI_SECTIONS,
+                    DEFAULT_ADDRESS, env)
+
+
+def consumer_address(flag: str | None, env: Mapping[str, str] | None = None) -> Address:
+    """--consumer.address, then $CONSUMER_ADDRESS, then gazctl.ini, then the default."""
+    return _address("consumer", ("--consumer.address", flag), "CONSUMER_ADDRESS",
+                    CONSUMER_INI_SECTIONS, DEFAULT_CONSUMER_ADDRESS, env)
 
 
 # -- flag value types (argparse `type=`: errors become exit 2 with the flag's name) ----
@@ -99,6 +120,15 @@ def selector_arg(text: str) -> Selector:
         return Selector.parse(text) if text.strip() else Selector()
     except ValidationError as err:
         raise argparse.ArgumentTypeError(f"bad selector: {err.reason}") from None
+
+
+def shard_arg(text: str) -> str:
+    """A shard ID."""
+    try:
+        names.validate_shard_id(text, "shard")
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(f"bad shard ID {text!r}: {err.reason}") from None
+    return text
 
 
 def journal_arg(text: str) -> str:

@@ -1,4 +1,5 @@
-"""gazctl's settings: the broker address's sources, flag values and the command line."""
+"""gazctl's settings: the broker and consumer addresses' sources, flag values and the
+command line."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import pytest
 from gazette.gazctl.__main__ import build_parser, run
 from gazette.gazctl.config import (
     DEFAULT_ADDRESS,
+    DEFAULT_CONSUMER_ADDRESS,
+    Address,
     UsageError,
     broker_address,
+    consumer_address,
     duration_arg,
     journal_arg,
     offset_arg,
@@ -60,6 +64,20 @@ def test_bad_addresses_and_ini_files_name_their_source(tmp_path: Path) -> None:
     _ini(tmp_path, "Address = no section\n")
     with pytest.raises(UsageError, match=r"gazctl.ini: not a valid INI file"):
         broker_address(None, {"HOME": str(tmp_path)})
+
+
+def test_consumer_address_precedence_flag_env_ini_default(tmp_path: Path) -> None:
+    _ini(tmp_path, "[journals.Broker]\nAddress = broker:1\n"
+                   "[shards.Consumer]\nAddress = http://ini:1\n")
+    env = {"HOME": str(tmp_path), "CONSUMER_ADDRESS": "env:2"}
+    assert consumer_address("flag:3", env) == Address("flag:3", "--consumer.address")
+    assert consumer_address(None, env).address == "env:2"
+    found = consumer_address(None, {"HOME": str(tmp_path)})
+    assert found.address == "http://ini:1" and "gazctl.ini [shards.Consumer]" in found.source
+    assert consumer_address(None, {"HOME": str(tmp_path / "nobody")}).address == \
+        DEFAULT_CONSUMER_ADDRESS == "localhost:8090"
+    with pytest.raises(UsageError, match=r"consumer address from \$CONSUMER_ADDRESS: "):
+        consumer_address(None, {"CONSUMER_ADDRESS": "nope"})
 
 
 def test_flag_value_types() -> None:
@@ -142,7 +160,7 @@ def _run(*argv: str) -> tuple[int, str]:
     ["journals", "edit"],
     ["journals", "prune"],
     ["journals", "bogus"],
-    ["shards", "list"],
+    ["shards", "bogus"],  # gazctl shards exists; an unknown verb of it does not
     ["journals", "list", "--no-such-flag"],
     ["journals", "read", "-l", "x", "--offset", "-5"],
 ])
