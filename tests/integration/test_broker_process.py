@@ -116,6 +116,10 @@ async def test_dev_up_runs_the_tutorial_and_exits(tmp_path: Path) -> None:
     heads = [line.split(": ", 1)[1] for line in text.splitlines()
              if line.startswith("  zone-") and "write head" in line]
     assert len(heads) == 3 and len(set(heads)) == 1, heads
+    # A consumer member of word-count counted the lines appended to it, and answered.
+    assert re.search(r"consumer member local#consumer-0 of word-count: gRPC http://\S+, "
+                     r"HTTP http://\S+\n", text), text
+    assert '{"word": "the", "count": 4, "shard": "word-count/count-' in text, text
     # It says it stops by itself, not that Ctrl-C would stop it, nor what to try meanwhile.
     assert f"\n{EXIT_DONE}\n" in text
     assert SERVING_STOP not in text and "Serving. Try:" not in text

