@@ -255,7 +255,7 @@ def test_images_follow_registry_and_tags(helm: Helm) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--set", "etcd.replicas=2"], "/etcd/replicas"),
     (["--set", "broker.replicaz=2"], "'replicaz' not allowed"),
-    (["--set", "consumer.enabled=true", "--set", "consumer.module=m"], "consumer.app: required"),
+    (["--set", "consumer.enabled=true", "--set", "consumer.app="], "consumer.app: required"),
     (["--set", "journals[0].name=a/b", "--set", "journals[1].name=a-b"],
      'journals[1]: resource name "a-b" is taken by journals[0]'),
     (["--set", "journals[0].replication=2"], "name"),
@@ -309,3 +309,25 @@ def test_the_broker_command_passes_the_zone_file_on(helm: Helm, tmp_path: Path) 
     proc = subprocess.run([*main["command"][:-1], script], capture_output=True, text=True,
                           env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=True, timeout=30)
     assert proc.stdout == "serve in eu-west-1a\n"
+
+
+def test_the_consumer_runs_word_count_by_default_and_is_scraped(helm: Helm) -> None:
+    """Enabled with defaults, the consumer Deployment runs the word-count example (an
+    application its image can import), serves HTTP on the port its metrics are scraped
+    from, and probes gRPC health."""
+    from gazette_consumer.cli import load_app
+    from gazette_consumer.examples.word_count import WordCount
+
+    objects = render(helm, None, "--set", "consumer.enabled=true")
+    (deployment,) = [d for d in of_kind(objects, "Deployment")
+                     if d["metadata"]["name"].endswith("-consumer-word-count")]
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CONSUMER_APP"] == "word-count"
+    app, _ = load_app(env["CONSUMER_MODULE"])
+    assert isinstance(app, WordCount)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert env["CONSUMER_HTTP_PORT"] == str(ports["http"])
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["http"])
+    assert container["readinessProbe"]["grpc"]["port"] == ports["grpc"]
