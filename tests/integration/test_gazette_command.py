@@ -144,9 +144,16 @@ async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as http, \
                 http.get(f"{match.group(1)}/healthz") as r:
             assert r.status == 200
+        # So does the consumer member whose query it suggests.
+        match = re.search(r"curl (http://localhost:\d+)/word-count/end", text)
+        assert match, text
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"{match.group(1)}/word-count/the") as r:
+            assert r.status == 200 and (await r.json())["count"] == 4
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGINT)
         rest, err = await asyncio.wait_for(proc.communicate(), 90)
     assert proc.returncode == 0, err.decode()[-3000:]
-    assert "Stopping: draining and persisting every broker, then etcd." in rest.decode()
+    assert "Stopping: the consumer member, then draining and persisting every broker, then "\
+           "etcd." in rest.decode()
