@@ -78,7 +78,11 @@ async def test_words_are_counted_and_queried_from_any_member(
             async with http.get(f"{member.http_url}/healthz") as r:
                 assert r.status == 200
             async with http.get(f"{member.http_url}/metrics") as r:
-                assert "gazette_consumer_messages_total" in await r.text()
+                metrics = await r.text()
+            assert "gazette_consumer_messages_total" in metrics
+            # Every line is counted: the split shard has nothing left to read.
+            assert ('gazette_consumer_lag_bytes{journal="examples/word-count/lines",'
+                    'shard="word-count/split"} 0.0') in metrics, metrics
     assert await query(address(members[1]), "unseen") == {
         "word": "unseen", "count": 0, "shard": count_shard("unseen")}
     # The counts are in the shards' JSON files.

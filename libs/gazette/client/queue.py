@@ -10,7 +10,10 @@ message costs far more than its bytes). Every future of a batch resolves with th
 batch does not stop the ones after it.
 
 A batch is retried as `JournalClient.append` retries (without an expected offset, so a
-lost answer to its commit fails its futures with `AppendUncertain`).
+lost answer to its commit fails its futures with `AppendUncertain`). With ``resend``, a
+batch whose outcome is unknown, or that the brokers kept refusing as unavailable, is
+sent again (the same bytes, before anything queued after it) until it commits: for
+appends of messages, whose readers drop a repeat (a consumer's publishes and ACKs).
 """
 
 from __future__ import annotations
@@ -21,12 +24,17 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from gazette import names
+from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
 from gazette.client.journal import JournalClient
 from gazette.client.metrics import APPEND_RPCS
 from gazette.client.results import AppendResult
+from gazette.client.retry import RETRYABLE_STATUSES
 from gazette.errors import GazetteError, ValidationError
 
 log = logging.getLogger(__name__)
+
+#: Seconds before a batch is sent again (`AppendQueue` with ``resend``), doubling to the max.
+RESEND_DELAY, MAX_RESEND_DELAY = 0.2, 5.0
 
 
 class QueueClosed(GazetteError):
@@ -46,7 +54,7 @@ class AppendQueue:
     Use from one event loop; `close` (or ``async with``) flushes and stops its tasks."""
 
     def __init__(self, client: JournalClient, *, max_batch_bytes: int = 4 << 20,
-                 max_pending_bytes: int = 64 << 20) -> None:
+                 max_pending_bytes: int = 64 << 20, resend: bool = False) -> None:
         for field, value in (("max_batch_bytes", max_batch_bytes),
                              ("max_pending_bytes", max_pending_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -54,6 +62,7 @@ class AppendQueue:
         self.client = client
         self.max_batch_bytes = max_batch_bytes
         self.max_pending_bytes = max_pending_bytes
+        self.resend = resend
         self._queues: dict[str, deque[_Entry]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._inflight: dict[str, int] = {}  # journal -> seq of its batch's first append
@@ -113,7 +122,7 @@ class AppendQueue:
                 self._inflight[journal] = batch[0].seq
                 APPEND_RPCS.inc()
                 try:
-                    result = await self.client.append(journal, [e.data for e in batch])
+                    result = await self._send(journal, [e.data for e in batch])
                 except Exception as err:  # noqa: BLE001 - handed to every waiter
                     log.debug("append of %d queued appends to %s failed: %s", len(batch),
                               journal, err)
@@ -135,6 +144,20 @@ class AppendQueue:
             self._resolved(journal, rest)
             self._tasks.pop(journal, None)
             self._queues.pop(journal, None)
+
+    async def _send(self, journal: str, content: list[bytes]) -> AppendResult:
+        delay = RESEND_DELAY
+        while True:
+            try:
+                return await self.client.append(journal, content)
+            except (AppendUncertain, Unavailable, BrokerError) as err:
+                if not self.resend or (isinstance(err, BrokerError)
+                                       and err.status not in RETRYABLE_STATUSES):
+                    raise
+                log.warning("append to %s: %s; sending it again in %.1fs", journal, err,
+                            delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RESEND_DELAY)
 
     def _resolved(self, journal: str, batch: list[_Entry]) -> None:
         self._inflight.pop(journal, None)

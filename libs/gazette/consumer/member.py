@@ -199,7 +199,9 @@ class ConsumerMember:
                               f"{cfg.http_port}: {err.strerror}") from err
             self.http_port = int(self.http.addresses[0][1])
         self.client = JournalClient(cfg.broker_address)
-        self.appender = AppendQueue(self.client)
+        # Publishes and ACKs are messages: a repeat is dropped by readers, so an append
+        # in doubt is sent again rather than failing the shard's transaction.
+        self.appender = AppendQueue(self.client, resend=True)
         await self.etcd.connect()
         deadline = self.membership.deadline()
         await self.membership.load(deadline)

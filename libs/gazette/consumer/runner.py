@@ -17,7 +17,9 @@ Transactions then run one after another, each:
   the ACK intents of what the transaction published) goes to the store's commit, which
   first waits for the transaction's appends. The next transaction runs meanwhile
   (pipelined); once the commit is done the ACKs are appended, and the next commit waits
-  for them (a checkpoint never drops intents whose ACKs are not yet written).
+  for them (a checkpoint never drops intents whose ACKs are not yet written). What the
+  next transaction publishes meanwhile is held back and appended after those ACKs: an
+  ACK read after its producer's messages of larger clocks would roll them back.
 
 A failed commit or ACK fails the run (the shard is marked failed by its owner); a
 transaction whose messages were consumed but not committed is consumed again after a
@@ -28,12 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from gazette.client import JournalClient
 from gazette.consumer.app import Application, Shard
@@ -67,6 +70,9 @@ COMMIT_SECONDS = Histogram("gazette_consumer_commit_seconds",
                            buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
 MESSAGES = Counter("gazette_consumer_messages_total",
                    "Read-committed messages consumed by shards")
+LAG_BYTES = Gauge("gazette_consumer_lag_bytes",
+                  "Bytes of a shard's source journal past its last committed transaction "
+                  "(as of the write head its reads last saw)", ["shard", "journal"])
 
 #: Batches (each up to about a read chunk of messages) read ahead per shard.
 READ_AHEAD_BATCHES = 8
@@ -81,20 +87,56 @@ class SourceError(GazetteError):
 
 class _Appends:
     """The Publisher's append client: collects the appends of each transaction, for
-    its commit to wait on."""
+    its commit to wait on. While the last transaction commits, appends are held back
+    (`hold`), and go after its ACKs (`release`): in a journal, an ACK rolls back its
+    producer's pending messages of larger clocks, so the next transaction's messages
+    must not precede it."""
 
     def __init__(self, inner: AppendClient) -> None:
         self.inner = inner
         self.pending: list[asyncio.Future[Any]] = []
+        self._held: list[tuple[str, bytes, asyncio.Future[Any]]] | None = None
 
     def append(self, journal: str, data: bytes) -> asyncio.Future[Any]:
-        fut = self.inner.append(journal, data)
+        if self._held is None:
+            fut = self.inner.append(journal, data)
+        else:
+            fut = asyncio.get_running_loop().create_future()
+            self._held.append((journal, data, fut))
         self.pending.append(fut)
         return fut
 
     def take(self) -> list[asyncio.Future[Any]]:
         out, self.pending = self.pending, []
         return out
+
+    def hold(self) -> None:
+        """Hold appends from now on, until `release`."""
+        self._held = self._held if self._held is not None else []
+
+    def release(self) -> None:
+        """Append what was held, in order, and appends from now on at once."""
+        held, self._held = self._held or [], None
+        for journal, data, fut in held:
+            self.inner.append(journal, data).add_done_callback(functools.partial(_settle, fut))
+
+    def drop(self) -> None:
+        """The run ends: what was held is never appended."""
+        held, self._held = self._held or [], None
+        for _, _, fut in held:
+            fut.cancel()
+
+
+def _settle(fut: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    """Resolve `fut` as `done` was."""
+    if fut.done():
+        return
+    if done.cancelled():
+        fut.cancel()
+    elif (err := done.exception()) is not None:
+        fut.set_exception(err)
+    else:
+        fut.set_result(done.result())
 
 
 async def _maybe(result: Any) -> Any:
@@ -113,6 +155,8 @@ class ShardRunner:
         self._carry: Batch | None = None  # a batch taken while a transaction closed
         #: The last transaction's commit and ACKs, owned here (cancelled with the run).
         self._committing: asyncio.Future[None] | None = None
+        #: Write head of each source journal, as its reads last saw it (for the lag).
+        self._heads: dict[str, int] = {}
         #: Called once the store is restored and the sources found: processing starts.
         self.on_restored: Callable[[], None] | None = None
         #: The shard's store while it is restored and running (queries read it: it
@@ -152,6 +196,10 @@ class ShardRunner:
                 raise failed.exceptions[0] from failed
         finally:
             self.store = None
+            for journal in self._heads:  # another member reports it from now on
+                with contextlib.suppress(KeyError):
+                    LAG_BYTES.remove(self.spec.id, journal)
+            self._appends.drop()
             try:
                 if self._committing is not None and not self._committing.done():
                     await cancel_and_wait(self._committing)
@@ -179,8 +227,13 @@ class ShardRunner:
 
     async def _read(self, journal: str, offset: int, framing: Framing,
                     queue: asyncio.Queue[Batch]) -> None:
+        async def contents(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+            async for chunk in chunks:
+                self._heads[journal] = chunk.write_head
+                yield chunk.content
+
         async with contextlib.aclosing(self.client.read(journal, offset, block=True)) as chunks:
-            async for batch in read_uncommitted(journal, _contents(chunks), framing, offset):
+            async for batch in read_uncommitted(journal, contents(chunks), framing, offset):
                 await queue.put((journal, batch))
 
     def _replay(self, framings: dict[str, Framing]
@@ -194,9 +247,12 @@ class ShardRunner:
         return replay
 
     async def _acknowledge(self, intents: list[AckIntent]) -> None:
-        if intents:
-            await asyncio.gather(*(self.appender.append(i.journal, i.data)
-                                   for i in intents))
+        """Append `intents` (queued at once, in call order) and wait for them; appends
+        held while the last transaction committed follow them."""
+        acks = [self.appender.append(i.journal, i.data) for i in intents]
+        self._appends.release()
+        if acks:
+            await asyncio.gather(*acks)
 
     async def _transact(self, store: Store, sequencer: Sequencer, offsets: dict[str, int],
                         framings: dict[str, Framing], queue: asyncio.Queue[Batch]) -> None:
@@ -240,6 +296,7 @@ class ShardRunner:
             log.debug("shard %s: transaction of %d messages closes through %s", shard.id,
                       count, offsets)
             commit = store.start_commit(checkpoint, self._appends.take())
+            self._appends.hold()  # until its ACKs are queued: see _Appends
             await _maybe(app.finished_txn(shard, store, commit))
             previous = self._committing = asyncio.ensure_future(
                 self._committed(commit, intents, dict(offsets), count, closed))
@@ -295,6 +352,9 @@ class ShardRunner:
         await self._acknowledge(intents)
         COMMIT_SECONDS.observe(asyncio.get_running_loop().time() - closed)
         self.shard.progress.record(offsets, count)
+        for journal, offset in offsets.items():
+            if (head := self._heads.get(journal)) is not None:
+                LAG_BYTES.labels(self.spec.id, journal).set(max(0, head - offset))
 
 
 async def _contents(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:

@@ -23,6 +23,7 @@ The checkpoint table is made if missing::
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -51,6 +52,8 @@ class SQLStore:
             raise ValidationError("shard_fqn", "must not be empty")
         self.dsn, self.shard_fqn = dsn, shard_fqn
         self.table = sql.Identifier(validate_token(table, "table", "_", 1, 63))
+        #: The advisory lock under which restores make the table (see restore_checkpoint).
+        self._create_lock = zlib.crc32(f"gazette-checkpoints:{table}".encode())
         self.statement_timeout = statement_timeout
         self.fence = 0
         self._conns: list[psycopg.AsyncConnection[Any]] = []
@@ -80,9 +83,13 @@ class SQLStore:
             self._conns = [await self._connect(), await self._connect()]
         conn = self._conns[0]
         async with conn.transaction():
+            # Shards restoring at once would race to make the table (a concurrent CREATE
+            # TABLE IF NOT EXISTS fails with DuplicateTable): they take turns.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._create_lock,))
             await conn.execute(sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (shard_fqn TEXT PRIMARY KEY, "
                 "fence BIGINT NOT NULL, checkpoint BYTEA NOT NULL)").format(self.table))
+        async with conn.transaction():
             cur = await conn.execute(sql.SQL(
                 "INSERT INTO {t} AS c (shard_fqn, fence, checkpoint) VALUES (%s, 1, '') "
                 "ON CONFLICT (shard_fqn) DO UPDATE SET fence = c.fence + 1 "
