@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from gazette.client import JournalClient
-from gazette.consumer import Application
+from gazette.consumer import Application, MemoryStore, Shard, SQLStore, Store
 from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.consumer.shard import FAILED
 from gazette.keyspace import Layout, apply_changes
@@ -17,7 +17,7 @@ from gazette.pb import consumer_pb2 as cpb
 from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import ShardSource, ShardSpec, SpecChange
 from gazette_broker import BrokerServer
-from tests.fixtures.consumer import SHARDS, Group, primaries, publish
+from tests.fixtures.consumer import SHARDS, Group, Stores, Sums, members_of, primaries, publish
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.polling import eventually
 
@@ -124,3 +124,39 @@ async def test_a_disabled_shard_is_not_assigned_until_enabled(
         SpecChange(spec.id, entry.kv.mod_revision, enabled)])
     await eventually(lambda: "shard-off" in primaries(members, ["shard-off"]),
                      "shard-off runs once enabled", timeout=20)
+
+
+async def test_a_store_that_cannot_connect_fails_its_shard_alone(
+        etcd_server: EtcdServer, consumer_root: str, broker: BrokerServer) -> None:
+    """The shard whose database cannot be reached is failed, its status naming why; the
+    member keeps running its other shard."""
+    stores = Stores()
+
+    class OneBadStore(Sums):
+        def new_store(self, shard: Shard) -> Store:
+            if shard.id == "shard-db":
+                return SQLStore("postgresql://nobody@127.0.0.1:1/nowhere", shard.id)
+            return stores.by_shard.setdefault(shard.id, MemoryStore())
+
+    members = await members_of(etcd_server, consumer_root, broker, stores, ["m0"],
+                               lambda: OneBadStore(None))
+    try:
+        layout = Layout.consumer_app("counter", consumer_root)
+        await apply_changes(members[0].etcd, layout, [
+            SpecChange(s, 0, ShardSpec(s, (ShardSource(f"counts/in-{i}"),)))
+            for i, s in enumerate(["shard-db", "shard-ok"])])
+
+        def failure() -> str:
+            st = members[0].status("shard-db")
+            return st.error if st is not None and st.state == FAILED else ""
+
+        await eventually(lambda: bool(failure()), "shard-db is failed", timeout=30)
+        assert "OperationalError" in failure() and "127.0.0.1" in failure(), failure()
+        await eventually(lambda: "shard-ok" in primaries(members, ["shard-ok"]),
+                         "shard-ok runs", timeout=20)
+        async with JournalClient(broker.grpc_address) as client:
+            sent = await publish(client, 8)  # 2 to each input: counts/in-1 is shard-ok's
+        await eventually(lambda: stores.total() == sent // 4, "shard-ok counts", timeout=20)
+    finally:
+        for m in members:
+            await m.stop()
