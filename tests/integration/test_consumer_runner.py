@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from gazette.client import AppendQueue, JournalClient
 from gazette.consumer.runner import ShardRunner, SourceError
 from gazette.consumer.store import JSONFileStore, MemoryStore
 from gazette.message import (
+    Envelope,
     JsonMessage,
     Publisher,
 )
@@ -101,3 +104,26 @@ async def test_a_missing_source_journal_is_named(sums_client: JournalClient) -> 
         with pytest.raises(SourceError, match="shard sums/shard-x: source journal "
                                               "sums/nope does not exist"):
             await ShardRunner(bad, Sums(MemoryStore()), sums_client, out).run()
+
+
+async def test_an_application_can_filter_its_source(sums_client: JournalClient) -> None:
+    """`read_source` (Gazette's MessageProducer): the app drops messages of key "b" before
+    they reach it; the checkpoint still reads through every byte."""
+    class NoB(Sums):
+        async def read_source(self, shard: Any, journal: str, offset: int,
+                              batches: AsyncIterator[list[Envelope]]
+                              ) -> AsyncIterator[list[Envelope]]:
+            async for batch in batches:
+                yield [e for e in batch if e.message.get("key") != "b"]
+
+    store = MemoryStore()
+    async with AppendQueue(sums_client) as out:
+        publisher = Publisher(out)
+        for key in ("a", "b", "a", "b", "c"):
+            publisher.publish_committed(to("sums/input"), JsonMessage(key=key, n=1))
+        await out.flush()
+        runner = ShardRunner(spec(), NoB(store), sums_client, out)
+        await run_until(runner, sums_client)
+    assert store.committed == {"a": 2, "c": 1}
+    assert runner.shard.progress.committed["sums/input"] == \
+        await sums_client.write_head("sums/input")

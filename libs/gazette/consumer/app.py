@@ -11,6 +11,7 @@ journal's framing decodes: a dict for JSON lines).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,15 @@ class Application:
     def message_type(self, journal: JournalSpec) -> Any:
         """The message type to decode `journal` into (None: the framing's default)."""
         return None
+
+    def read_source(self, shard: Shard, journal: str, offset: int,
+                    batches: AsyncIterator[list[Envelope]]) -> AsyncIterator[list[Envelope]]:
+        """The messages of source `journal` from `offset` (Gazette's MessageProducer):
+        `batches` are those read from the journal, read-uncommitted; return them as they
+        are (the default), filtered or changed, or messages of your own. Each envelope's
+        ``end`` is the offset a checkpoint records as read through; they go on through
+        the Sequencer (read-committed) to `consume_message`."""
+        return batches
 
     def begin_txn(self, shard: Shard, store: Any) -> Any:
         """A transaction begins (a message is ready)."""

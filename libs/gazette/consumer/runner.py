@@ -233,8 +233,16 @@ class ShardRunner:
                 yield chunk.content
 
         async with contextlib.aclosing(self.client.read(journal, offset, block=True)) as chunks:
-            async for batch in read_uncommitted(journal, contents(chunks), framing, offset):
-                await queue.put((journal, batch))
+            batches = read_uncommitted(journal, contents(chunks), framing, offset)
+            source = self.app.read_source(self.shard, journal, offset, batches)
+            try:
+                async for batch in source:
+                    await queue.put((journal, batch))
+            finally:  # the app's source, then ours (the same object by default)
+                for gen in (source, batches) if source is not batches else (source,):
+                    aclose = getattr(gen, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
 
     def _replay(self, framings: dict[str, Framing]
                 ) -> Callable[[str, int, int], AsyncIterator[list[Envelope]]]:
