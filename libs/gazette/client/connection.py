@@ -60,6 +60,20 @@ def _check_offset(value: object, field: str, lo: int, hi: int = MAX_INT64) -> in
     return value
 
 
+def checked_settings(retry: RetryPolicy | None, timeout: float,
+                     channel_options: Sequence[tuple[str, Any]]
+                     ) -> tuple[RetryPolicy, float, list[tuple[str, Any]]]:
+    """A client's retry policy, deadline and channel options (ours, overridden by the
+    caller's), each checked: what a journal client and a shard client both take."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ValidationError("retry", f"expected a RetryPolicy, got {type(retry).__name__}")
+    if not timeout > 0:
+        raise ValidationError("timeout", f"must be > 0 seconds, got {timeout!r}")
+    options = dict(CHANNEL_OPTIONS)
+    options.update(dict(channel_options))
+    return retry or RetryPolicy(), timeout, list(options.items())
+
+
 class _Appender:
     """The append calls of one channel (the client's own, or a primary's)."""
 
@@ -83,15 +97,8 @@ class Connection:
                  timeout: float = 30.0, route_appends: bool = False) -> None:
         self.address = parse_address(address)
         self.route_appends = route_appends
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ValidationError("retry", f"expected a RetryPolicy, got {type(retry).__name__}")
-        self.retry = retry or RetryPolicy()
-        if not timeout > 0:
-            raise ValidationError("timeout", f"must be > 0 seconds, got {timeout!r}")
-        self.timeout = timeout
-        options = dict(CHANNEL_OPTIONS)
-        options.update(dict(channel_options))
-        self._options = list(options.items())
+        self.retry, self.timeout, self._options = checked_settings(retry, timeout,
+                                                                   channel_options)
         self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
         self._stub = broker_pb2_grpc.JournalStub(self._channel)
         self._closed = False

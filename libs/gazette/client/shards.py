@@ -22,11 +22,11 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from gazette import names
-from gazette.client.connection import _check_offset, _selector
+from gazette.client.connection import _check_offset, _selector, checked_settings
 from gazette.client.errors import ApplyConflict, BrokerError, Unavailable
 from gazette.client.retry import Backoff, RetryPolicy
 from gazette.client.specs import Applied
-from gazette.client.wire import CHANNEL_OPTIONS, parse_address
+from gazette.client.wire import parse_address
 from gazette.errors import GazetteError, ValidationError
 from gazette.labels import LabelSet, Selector
 from gazette.pb import consumer_pb2 as cpb
@@ -153,15 +153,8 @@ class ShardClient:
                  timeout: float = 30.0, channel_options: Sequence[tuple[str, Any]] = ()
                  ) -> None:
         self.address = parse_address(address)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ValidationError("retry", f"expected a RetryPolicy, got {type(retry).__name__}")
-        self.retry = retry or RetryPolicy()
-        if not timeout > 0:
-            raise ValidationError("timeout", f"must be > 0 seconds, got {timeout!r}")
-        self.timeout = timeout
-        options = dict(CHANNEL_OPTIONS)
-        options.update(dict(channel_options))
-        self._channel = grpc.aio.insecure_channel(self.address, options=list(options.items()))
+        self.retry, self.timeout, options = checked_settings(retry, timeout, channel_options)
+        self._channel = grpc.aio.insecure_channel(self.address, options=options)
         self._stub = consumer_pb2_grpc.ShardStub(self._channel)
         self._closed = False
 

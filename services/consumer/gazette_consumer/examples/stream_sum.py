@@ -39,7 +39,7 @@ import uvloop
 from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Application, Checkpoint, JSONFileStore, MemoryStore, Shard, Store
 from gazette.errors import GazetteError
-from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout, apply_changes
+from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout
 from gazette.labels import Selector
 from gazette.message import (
     AckIntent,
@@ -54,8 +54,8 @@ from gazette.message import (
     modulo_mapping,
     read_uncommitted,
 )
-from gazette.protocol import JournalSpec, ShardSource, ShardSpec, SpecChange
-from gazette.protocol.trees import journal_changes_from_yaml
+from gazette.protocol import JournalSpec, ShardSource, ShardSpec
+from gazette_consumer.examples.setup import ensure_journals, ensure_shards
 
 NDJSON = "application/x-ndjson"
 PREFIX = "examples/stream-sum"
@@ -192,22 +192,10 @@ async def setup(client: JournalClient, etcd: Etcd, *, partitions: int = 4,
                 app_name: str = APP, etcd_root: str = CONSUMER_ROOT) -> None:
     """Make the journals and one shard per chunk journal, where missing."""
     journals = [f"{CHUNKS}part-{i:03d}" for i in range(partitions)]
-    children = "".join(f"  - name: {j}\n" for j in [*journals, SUMS])
-    changes = journal_changes_from_yaml(
-        f"name: {PREFIX}/\nreplication: {replication}\nlabels: [{{name: content-type, "
-        f"value: {NDJSON}}}]\nfragment: {{stores: [{json.dumps(fragment_store)}]}}\n"
-        f"children:\n{children}")
-    existing = {j.spec.name for j in (await client.list(f"prefix={PREFIX}/")).journals}
-    if missing := [c for c in changes if c.name not in existing]:
-        await client.apply(missing)
-    layout = Layout.consumer_app(app_name, etcd_root)
-    shards = []
-    for i, journal in enumerate(journals):
-        if (await etcd.get(layout.item_key(shard_id(i))))[1] is None:
-            shards.append(SpecChange(shard_id(i), 0, ShardSpec(
-                shard_id(i), (ShardSource(journal),))))
-    if shards:
-        await apply_changes(etcd, layout, shards)
+    await ensure_journals(client, f"{PREFIX}/", [*journals, SUMS], replication=replication,
+                          fragment_store=fragment_store)
+    await ensure_shards(etcd, Layout.consumer_app(app_name, etcd_root), [
+        ShardSpec(shard_id(i), (ShardSource(journal),)) for i, journal in enumerate(journals)])
 
 
 class _Appender:

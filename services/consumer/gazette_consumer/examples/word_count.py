@@ -40,9 +40,10 @@ from gazette.client import AppendQueue, JournalClient
 from gazette.client.wire import parse_address
 from gazette.consumer import Application, AppServices, JSONFileStore, MemoryStore, Shard, Store
 from gazette.errors import ValidationError
-from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout, apply_changes
+from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout
 from gazette.message import Envelope, JsonMessage, Partition, Publisher, fnv1a_32
-from gazette.protocol import ShardSource, ShardSpec, SpecChange, journal_changes_from_yaml
+from gazette.protocol import ShardSource, ShardSpec
+from gazette_consumer.examples.setup import ensure_journals, ensure_shards
 
 APP = "word-count"
 PREFIX = "examples/word-count"
@@ -143,19 +144,10 @@ def shard_specs() -> list[ShardSpec]:
 async def setup(client: JournalClient, etcd: Etcd, *, fragment_store: str = "file:///",
                 app_name: str = APP, etcd_root: str = CONSUMER_ROOT) -> None:
     """Make the journals and the shards, where missing."""
-    children = "".join(f"  - name: {DELTAS}part-{i:03d}\n" for i in range(PARTS))
-    changes = journal_changes_from_yaml(
-        f"name: {PREFIX}/\nreplication: 1\nlabels: [{{name: content-type, value: {NDJSON}}}]"
-        f"\nfragment: {{stores: [{json.dumps(fragment_store)}]}}\nchildren:\n"
-        f"  - name: {LINES}\n{children}")
-    existing = {j.spec.name for j in (await client.list(f"prefix={PREFIX}/")).journals}
-    if missing := [c for c in changes if c.name not in existing]:
-        await client.apply(missing)
-    layout = Layout.consumer_app(app_name, etcd_root)
-    shards = [SpecChange(s.id, 0, s) for s in shard_specs()
-              if (await etcd.get(layout.item_key(s.id)))[1] is None]
-    if shards:
-        await apply_changes(etcd, layout, shards)
+    await ensure_journals(client, f"{PREFIX}/",
+                          [LINES, *(f"{DELTAS}part-{i:03d}" for i in range(PARTS))],
+                          fragment_store=fragment_store)
+    await ensure_shards(etcd, Layout.consumer_app(app_name, etcd_root), shard_specs())
 
 
 async def publish(client: JournalClient, lines: Sequence[str]) -> int:
