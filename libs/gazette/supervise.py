@@ -32,11 +32,38 @@ TASK_FAILURES = Counter("gazette_task_failures_total",
 RESTART_INITIAL, RESTART_MAX = 0.2, 10.0
 
 
-async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+def await_chain(task: asyncio.Future[Any]) -> str:
+    """Where a task waits: each coroutine it awaits, innermost last (a task's own stack
+    shows only its outermost frame)."""
+    lines = []
+    coro: Any = task.get_coro() if isinstance(task, asyncio.Task) else None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) \
+            or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} "
+                         f"{frame.f_code.co_name}")
+        nxt = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) \
+            or getattr(coro, "gi_yieldfrom", None)
+        if nxt is None:
+            lines.append(f"  on {coro!r}"[:300])
+        coro = nxt
+    return "\n".join(lines)
+
+
+async def cancel_and_wait(task: asyncio.Future[Any], timeout: float | None = None) -> None:
     """Cancel `task` and wait until it has finished, whatever it ends with; but if the
     caller itself is cancelled meanwhile, that cancellation goes on (swallowing it would
-    leave whoever cancels the caller waiting forever)."""
+    leave whoever cancels the caller waiting forever). With `timeout`, a task still
+    running after that many seconds is left behind, logged with where it is stuck, so
+    that a shutdown never hangs on it."""
     task.cancel()
+    if timeout is not None:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            log.error("%r did not finish %.0f s after its cancellation: left behind, "
+                      "awaiting:\n%s", task, timeout, await_chain(task))
+            return
     try:
         await task
     except asyncio.CancelledError:

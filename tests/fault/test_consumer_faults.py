@@ -209,8 +209,8 @@ class Load:
             return -1  # the output is unreadable a moment (a broker is down)
 
     async def progress(self, more: int = 6, timeout: float = 30) -> None:
-        goal = max(await self.exact(), 0) + more
         assert self.task is not None
+        goal = more
 
         async def reached() -> bool:
             if self.task is not None and self.task.done():
@@ -218,9 +218,14 @@ class Load:
             return await self.exact() >= goal
 
         try:
-            await eventually(reached, f"{more} more exact sums", timeout, interval=0.25)
-        except AssertionError as err:
-            raise AssertionError(f"{err}\n{self.cluster.diagnosis()}") from None
+            # Bounded as a whole: a read of the output may itself wait while brokers
+            # are down, and a hang would only show as the test's timeout.
+            async with asyncio.timeout(3 * timeout):
+                goal = max(await self.exact(), 0) + more
+                await eventually(reached, f"{more} more exact sums", timeout, interval=0.25)
+        except (AssertionError, TimeoutError) as err:
+            raise AssertionError(f"{more} more exact sums: {err or 'timed out'}\n"
+                                 f"{self.cluster.diagnosis()}") from None
 
 
 def member_gone(cluster: Cluster, member: Member) -> bool:

@@ -122,3 +122,28 @@ async def test_cancel_and_wait_ends_whatever_the_task_ends_with() -> None:
     await started.wait()
     await cancel_and_wait(task)  # neither the CancelledError nor the ValueError
     assert task.done()
+
+
+async def test_cancel_and_wait_lets_go_of_a_task_that_will_not_stop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A shard's runner stuck in its store's rollback must not hang its member's stop:
+    after the timeout it is left behind, and the log says where it waits."""
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def stuck_in_cleanup() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await release.wait()  # a cleanup that ignores cancellation, for a while
+
+    task = asyncio.create_task(stuck_in_cleanup())
+    await started.wait()
+    async with asyncio.timeout(5):
+        await cancel_and_wait(task, timeout=0.2)
+    assert not task.done()
+    assert "did not finish 0 s after its cancellation" in caplog.text
+    assert "stuck_in_cleanup" in caplog.text and "asyncio/locks.py" in caplog.text
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 SHARD_FAILURES = Counter("gazette_consumer_shard_failures_total",
                          "Shard runs that failed (the shard is marked FAILED)")
 
+#: How long a stopping runner may take (its store's rollback and close) before the
+#: shard lets go of it, logging where it is stuck: a member's shutdown never hangs.
+RUNNER_STOP_SECONDS = 15.0
+
 PENDING, RECOVERING, STANDBY, PRIMARY, FAILED = (
     ReplicaState.PENDING, ReplicaState.RECOVERING, ReplicaState.STANDBY, ReplicaState.PRIMARY,
     ReplicaState.FAILED)
@@ -137,7 +141,7 @@ class LocalShard:
     async def _stop_runner(self) -> None:
         task, self._task, self.runner = self._task, None, None
         if task is not None and not task.done():
-            await cancel_and_wait(task)
+            await cancel_and_wait(task, RUNNER_STOP_SECONDS)
 
     async def close(self, reason: str) -> None:
         await self._stop_runner()
