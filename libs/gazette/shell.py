@@ -30,7 +30,7 @@ import grpc
 
 from gazette.errors import GazetteError
 from gazette.keyspace import LeaseLost
-from gazette.supervise import TaskFailed
+from gazette.supervise import TaskFailed, await_chain
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,14 @@ class Server(Protocol):
     async def stop(self) -> None: ...
 
 
+def log_tasks() -> None:
+    """Log every asyncio task and what it awaits (on SIGUSR1): where a process that
+    seems stuck waits, without stopping it (a thread dump shows only the idle loop)."""
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    log.warning("SIGUSR1: %d tasks\n%s", len(tasks), "\n".join(
+        f"{task.get_name()}:\n{await_chain(task)}" for task in tasks))
+
+
 async def serve_until_signalled(server: Server, what: str) -> int:
     """Start `server` and serve until SIGTERM/SIGINT (0), or until it can no longer
     serve (1); it is stopped (drained) either way. A start that fails is 1, logged."""
@@ -177,6 +185,7 @@ async def serve_until_signalled(server: Server, what: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, log_tasks)
     try:
         await server.start()
     except (OSError, GazetteError) as err:

@@ -12,6 +12,7 @@ half-alive with a task silently gone. A task that returns normally is done.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,9 @@ def await_chain(task: asyncio.Future[Any]) -> str:
                          f"{frame.f_code.co_name}")
         nxt = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) \
             or getattr(coro, "gi_yieldfrom", None)
+        if nxt is None and type(coro).__name__.endswith("async_generator_asend"):
+            # An `async for` step: the generator it steps is only reachable this way.
+            nxt = next((r for r in gc.get_referents(coro) if hasattr(r, "ag_frame")), None)
         if nxt is None:
             lines.append(f"  on {coro!r}"[:300])
         coro = nxt

@@ -21,6 +21,7 @@ from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette_broker import BrokerServer, pipeline
+from gazette_broker import replica as replica_module
 from tests.fixtures.broker import applied, broker_config, consistent, read_all
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import run_process
@@ -179,6 +180,29 @@ async def test_a_new_replica_serves_its_gap_once_peers_persist_it(
     store.unlink()
     broken.rename(store)  # the store is back: the peers' uploads go through
     assert (await asyncio.wait_for(reader, 60)).startswith(content)
+
+
+async def test_a_peer_that_becomes_primary_persists_its_held_copies_at_once(
+    cluster: list[BrokerServer], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the consumer fault test: a peer's closed spool waits before its upload
+    (the primary uploads the same content); but a peer that becomes primary may hold
+    content no one else does (an append in doubt that only it committed), and a crash
+    in that wait left a hole that readers stalled in. It uploads at once instead."""
+    monkeypatch.setattr(replica_module, "PEER_PERSIST_DELAY", 120.0)
+    await applied(cluster)
+    primary = primary_of(cluster, "cluster/r2")
+    peer = next(s for s in cluster if s is not primary and s.id in route_of(
+        assignments_of(cluster[0].keyspace, cluster[0].layout, "cluster/r2")).members)
+    async with JournalClient(primary.grpc_address) as client:
+        await client.append("cluster/r2", b"".join(b"record %d\n" % i for i in range(50)))
+    await primary.broker.replicas["cluster/r2"].roll()  # the peer rolls with it
+    await eventually(lambda: not peer.broker.persister.idle, "the peer holds its copy")
+    await primary.stop()  # drained: the peer is the journal's primary next
+    await eventually(lambda: primary_id(peer, "cluster/r2") == peer.id, "the peer leads",
+                     30)
+    await eventually(lambda: peer.broker.persister.idle,
+                     "the new primary's held copy is done with", 10)
 
 
 async def test_journals_go_only_to_brokers_that_can_serve_their_stores(

@@ -4,6 +4,7 @@ persists, clear failures; ``gazette dev up --exit`` runs the tutorial end to end
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -66,11 +67,14 @@ async def test_serve_takes_env_and_flags_and_drains_on_sigterm(
                         break
                 assert asyncio.get_running_loop().time() < deadline, "journal never served"
                 await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)  # logs its tasks, and goes on serving
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()[-2000:]
     assert b'"level": "info"' in err  # --log.format from the environment
+    dump = next(json.loads(line) for line in err.splitlines() if b"SIGUSR1: " in line)
+    assert "keyspace-watch:" in dump["msg"] and "lease.py" in dump["msg"], dump
     # The open spool was rolled and persisted before exit.
     stored = list((tmp_path / "store" / "example" / "journal").glob("*.sz"))
     assert len(stored) == 1 and stored[0].name.startswith("0000000000000000-0000000000000009-")

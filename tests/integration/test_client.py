@@ -437,6 +437,22 @@ async def test_append_queue_fails_futures_of_a_refused_batch(client: JournalClie
     assert good.result().commit.end == 5
 
 
+async def test_append_queue_closed_without_flush_gives_up_a_resend() -> None:
+    # A resending queue whose brokers are unreachable never commits: closing it without
+    # a flush (and leaving its context on an error) cancels what waits, at once.
+    async with JournalClient("127.0.0.1:1", retry=RetryPolicy(attempts=1)) as nowhere:
+        queue = AppendQueue(nowhere, resend=True)
+        fut = queue.append("test/a", b"lost\n")
+        await asyncio.wait_for(queue.close(flush=False), 5)
+        assert fut.cancelled() and queue.pending_bytes == 0
+
+        with pytest.raises(RuntimeError, match="the caller failed"):
+            async with AppendQueue(nowhere, resend=True) as failing:
+                pending = failing.append("test/a", b"lost\n")
+                raise RuntimeError("the caller failed")
+        assert pending.cancelled()
+
+
 async def test_publisher_over_the_append_queue(broker: BrokerServer,
                                                client: JournalClient) -> None:
     listing = await client.list("prefix=test/, name not in (test/raw)")

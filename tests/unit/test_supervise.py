@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import REGISTRY
 
 from gazette.keyspace import EtcdError
-from gazette.supervise import Supervisor, TaskFailed, cancel_and_wait
+from gazette.supervise import Supervisor, TaskFailed, await_chain, cancel_and_wait
 
 
 def restarts(kind: str) -> float:
@@ -147,3 +148,25 @@ async def test_cancel_and_wait_lets_go_of_a_task_that_will_not_stop(
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_await_chain_follows_async_for_into_the_generator() -> None:
+    """A read loop waits inside the generator it steps: the chain names its frames too
+    (what the SIGUSR1 task dump shows of a stuck reader)."""
+    started = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[int]:
+        started.set()
+        await asyncio.Event().wait()
+        yield 1
+
+    async def reader() -> None:
+        async for _ in chunks():
+            pass
+
+    task = asyncio.create_task(reader())
+    await started.wait()
+    chain = await_chain(task)
+    task.cancel()
+    assert [line.split()[-1] for line in chain.splitlines()[:3]] == [
+        "reader", "chunks", "wait"]

@@ -184,22 +184,34 @@ class AppendQueue:
                 return
             await self._progress.wait()
 
-    async def close(self) -> None:
-        """Refuse further appends, flush, then stop the tasks."""
+    async def close(self, *, flush: bool = True) -> None:
+        """Refuse further appends, flush (unless not `flush`: a caller that failed
+        gives up on what is unresolved, whose futures are cancelled, rather than wait
+        on a resend that may never commit), then stop the tasks."""
         self._closed = True
         try:
-            await self.flush()
+            if flush:
+                await self.flush()
         finally:
             tasks = list(self._tasks.values())
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # A task cancelled before it ran never reached its cleanup: do it here.
+            for journal, queue in list(self._queues.items()):
+                rest = list(queue)
+                queue.clear()
+                for entry in rest:
+                    entry.fut.cancel()
+                self._resolved(journal, rest)
+            self._queues.clear()
+            self._tasks.clear()
 
     async def __aenter__(self) -> AppendQueue:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        await self.close(flush=exc_type is None)
 
 
 if TYPE_CHECKING:  # it is the Publisher's AppendClient

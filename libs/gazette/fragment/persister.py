@@ -136,11 +136,13 @@ class Persister:
         self._idle.clear()
         self._wake.set()
 
-    def flush(self) -> None:
-        """Make every held peer copy, and every retry, due now."""
+    def flush(self, journal: str | None = None) -> None:
+        """Make every held peer copy, and every retry, due now (of `journal` only, if
+        given: a replica that became its primary answers for content only it may hold)."""
         now = time.monotonic()
         for upload in self._uploads:
-            upload.due = min(upload.due, now)
+            if journal is None or upload.spool.fragment.journal == journal:
+                upload.due = min(upload.due, now)
         self._wake.set()
 
     @property
@@ -263,6 +265,8 @@ class Persister:
             self._failed(upload, health, exc)
         else:
             PERSISTED.inc()
+            if upload.if_missing:
+                log.info("persisted %s: a peer's copy the store lacked", frag.path)
             health.failing, health.last_success = False, time.time()
             await self._done(upload, upload.stored)
         finally:

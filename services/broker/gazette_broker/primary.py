@@ -21,7 +21,7 @@ from prometheus_client import Counter
 
 from gazette.allocator import Route
 from gazette.cluster import Channels, Resolution
-from gazette.fragment import Spool
+from gazette.fragment import Persister, Spool
 from gazette.keyspace import EtcdError
 from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
@@ -67,6 +67,7 @@ class PrimarySide:
     _pipeline: Pipeline | None
     _announced: Route | None
     _pulse: asyncio.Event
+    _persister: Persister | None
 
     if TYPE_CHECKING:  # the other halves'
         @property
@@ -100,6 +101,12 @@ class PrimarySide:
         self._wake_sessions()
         if self.is_primary:
             self._pulse.set()
+            if self._persister is not None and not (old is not None and old.route.primary_id
+                                                    == res.route.primary_id):
+                # Its spools closed as a peer wait PEER_PERSIST_DELAY before upload; as
+                # primary it may hold content no live peer does (an append in doubt that
+                # only it committed): persist now, or a crash soon after loses it.
+                self._persister.flush(self.spec.name)
 
     async def _ready_pipeline(self) -> Pipeline | None:
         """The pipeline under the current route, synced (opened anew if the route
@@ -134,6 +141,11 @@ class PrimarySide:
                 # wherever it is, and is persisted from there.
                 SYNC_ROLLS.inc()
                 top = max(mismatched, key=lambda r: r.fragment.end)
+                log.info("syncing %s: peers hold %s, this primary [%d, %d): all roll to %d",
+                         self.spec.name, ", ".join(f"[{r.fragment.begin}, {r.fragment.end})"
+                                                   for r in mismatched),
+                         self._spool.begin, self.write_head,
+                         max(top.fragment.end, self.write_head))
                 if top.fragment.end > self.write_head:
                     self.registers = labels_from_pb(top.registers, "registers")
                 await self._roll_to(max(top.fragment.end, self.write_head))

@@ -113,6 +113,8 @@ class ReadSide:
                 # a peer's upload of it was delayed): a gap, waited for as any.
                 end = found.begin if found is not None and found.begin < spool.begin \
                     else spool.begin
+                log.info("%s: no fragment known here holds [%d, %d): reads wait for it to "
+                         "be persisted", self.spec.name, offset, end)
                 self._gaps.append(Gap(offset, end))
                 return offset, None, False
         if found is None or found.begin >= spool.begin:

@@ -344,6 +344,8 @@ class Replica(PrimarySide, ReadSide, PeerSide):
         codec = codec or self.spec.fragment.compression_codec
         if (self._spool.begin, self._spool.codec) != (begin, codec):
             if begin > self._spool.begin:
+                log.info("%s: rolled to %d; [%d, %d) is held by peers only until they "
+                         "persist it", self.spec.name, begin, self._spool.begin, begin)
                 self._gaps.append(Gap(self._spool.begin, begin))
             old = self._spool
             self._spool = await Spool.create(self.spec.name, begin, self._dir, codec)

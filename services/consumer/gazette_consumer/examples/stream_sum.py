@@ -296,8 +296,10 @@ class Driver:
         self._offset = await self.client.write_head(self.output)  # sums of this run only
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.appender.queue.close()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        # On an error, what is unresolved is given up: a resend waiting on brokers that
+        # refuse it would otherwise hold the caller (and hide its error) indefinitely.
+        await self.appender.queue.close(flush=exc_type is None)
 
     async def publish(self, streams: int, chunks: int, pace: float = 0.0) -> None:
         """Publish `streams` new streams of `chunks` data chunks each (and their last,
