@@ -1,0 +1,206 @@
+"""The recovery log's state machine: which operations are in sequence, which files
+(fnodes) are live and where in the log their operations are, and the hints built
+from that (pure: no I/O).
+
+Every operation carries the sequence number and lineage checksum it expects; one
+that does not match is *out of sequence* (a writer that lost the log raced its
+successor) and is skipped by every reader alike, so all readers agree on one history.
+
+Hints name each live fnode's *segments*: runs of the log written by one author, with
+their first and last sequence numbers and offsets. A player reads only those runs (and
+everything after the last), skipping stretches that hold only files deleted since.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gazette.errors import GazetteError, ValidationError
+from gazette.recoverylog.ops import Kind, Op, chain
+
+
+class OutOfSequence(GazetteError):
+    """An operation that does not extend the lineage read so far (skipped)."""
+
+
+class InconsistentOp(GazetteError):
+    """An in-sequence operation that contradicts the files it applies to (a bug in a
+    recorder, or a log that is not a recovery log): playback cannot go on."""
+
+
+@dataclass
+class Segment:
+    """Operations [first_seq_no, last_seq_no] of one author at log offsets
+    [first_offset, last_offset); `first_checksum`: the lineage checksum before the
+    first."""
+
+    author: int
+    first_seq_no: int
+    first_offset: int
+    first_checksum: int
+    last_seq_no: int
+    last_offset: int
+
+
+@dataclass
+class Hints:
+    """What a player needs to rebuild the files: the log, and each live fnode's
+    segments (an empty list: play the log from its start)."""
+
+    log: str
+    live_nodes: dict[int, list[Segment]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        doc = {"log": self.log, "live_nodes": [
+            {"fnode": f, "segments": [asdict(s) for s in segs]}
+            for f, segs in sorted(self.live_nodes.items())]}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str = "hints") -> Hints:
+        try:
+            doc = json.loads(raw)
+        except ValueError as err:
+            raise ValidationError(where, f"not JSON: {err}") from None
+        try:
+            log = doc["log"]
+            if not isinstance(log, str) or not log:
+                raise ValidationError(f"{where}.log", "expected a journal name")
+            nodes: dict[int, list[Segment]] = {}
+            for node in doc.get("live_nodes", []):
+                segs = [Segment(**{k: int(v) for k, v in s.items()})
+                        for s in node["segments"]]
+                if not segs or any(s.first_seq_no > s.last_seq_no or s.first_offset
+                                   > s.last_offset or s.first_offset < 0 for s in segs):
+                    raise ValidationError(f"{where}.live_nodes[{node['fnode']}]",
+                                          "segments out of order")
+                nodes[int(node["fnode"])] = segs
+        except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, ValidationError):
+                raise
+            raise ValidationError(where, f"malformed hints: {err!r}") from None
+        return cls(log, nodes)
+
+    def segments(self) -> list[Segment]:
+        """Every hinted segment, merged where they overlap, in log order: what a player
+        reads before the rest of the log."""
+        out: list[Segment] = []
+        for seg in sorted((s for segs in self.live_nodes.values() for s in segs),
+                          key=lambda s: s.first_seq_no):
+            last = out[-1] if out else None
+            if last is not None and seg.first_seq_no <= last.last_seq_no + 1 and \
+                    seg.author == last.author:
+                if seg.last_seq_no > last.last_seq_no:
+                    last.last_seq_no, last.last_offset = seg.last_seq_no, seg.last_offset
+            else:
+                out.append(Segment(**asdict(seg)))
+        return out
+
+
+@dataclass
+class _Fnode:
+    paths: set[str] = field(default_factory=set)
+    segments: list[Segment] = field(default_factory=list)
+
+
+class FSM:
+    """Follows operations in sequence. `apply` raises `OutOfSequence` for one to skip
+    and `InconsistentOp` for one that cannot be."""
+
+    def __init__(self, hints: Hints | None = None) -> None:
+        self.next_seq_no = 1
+        self.next_checksum = 0
+        self.author = 0  # of the last operation applied
+        self.links: dict[str, int] = {}  # path -> fnode
+        self.live: dict[int, _Fnode] = {}
+        #: Hinted segments not yet read, in order; the fnodes they keep.
+        self.pending: list[Segment] = []
+        self.hinted: set[int] = set()
+        #: Through this sequence number, only hinted fnodes' operations are played.
+        self.hinted_through = 0
+        if hints is not None and hints.live_nodes:
+            self.pending = hints.segments()
+            self.hinted = set(hints.live_nodes)
+            self.hinted_through = self.pending[-1].last_seq_no
+            first = self.pending[0]
+            self.next_seq_no, self.next_checksum = first.first_seq_no, first.first_checksum
+
+    def skip_to(self, segment: Segment) -> None:
+        """Reading jumps over a stretch of dead operations to `segment`."""
+        self.next_seq_no, self.next_checksum = segment.first_seq_no, segment.first_checksum
+
+    def apply(self, op: Op) -> bool:
+        """Apply `op` (read at its offsets); returns whether its effect on files is to
+        be played (False: it only writes files that are dead by the hints)."""
+        if op.seq_no != self.next_seq_no or op.checksum != self.next_checksum:
+            raise OutOfSequence(f"operation {op.seq_no} (checksum {op.checksum:08x}) at "
+                                f"offset {op.begin}; expected {self.next_seq_no} "
+                                f"({self.next_checksum:08x})")
+        while self.pending and op.seq_no > self.pending[0].last_seq_no:
+            self.pending.pop(0)
+        fnode = op.seq_no if op.kind is Kind.CREATE else op.fnode
+        # Within the hints, operations of fnodes they do not name wrote files deleted
+        # since (their creation may not even have been read): skipped.
+        live = op.kind is Kind.NOOP or op.seq_no > self.hinted_through or \
+            fnode in self.hinted or fnode in self.live
+        if live:
+            self._effect(op, fnode)
+        self.next_seq_no += 1
+        self.next_checksum = chain(op.checksum, op.crc)
+        self.author = op.author
+        return live and op.kind is not Kind.NOOP
+
+    def _effect(self, op: Op, fnode: int) -> None:
+        kind = op.kind
+        if kind is Kind.NOOP:
+            return
+        if kind is Kind.CREATE:
+            if op.path in self.links:
+                raise InconsistentOp(f"create of {op.path!r} (offset {op.begin}): the "
+                                     "path is in use")
+            self.live[fnode] = _Fnode({op.path})
+            self.links[op.path] = fnode
+        else:
+            node = self.live.get(fnode)
+            if node is None:
+                raise InconsistentOp(f"{kind.name.lower()} of fnode {fnode} (offset "
+                                     f"{op.begin}): no such live file")
+            if kind is Kind.LINK:
+                if op.path in self.links:
+                    raise InconsistentOp(f"link of {op.path!r} (offset {op.begin}): the "
+                                         "path is in use")
+                node.paths.add(op.path)
+                self.links[op.path] = fnode
+            elif kind is Kind.UNLINK:
+                if self.links.get(op.path) != fnode:
+                    raise InconsistentOp(f"unlink of {op.path!r} (offset {op.begin}): "
+                                         f"not a path of fnode {fnode}")
+                node.paths.discard(op.path)
+                del self.links[op.path]
+                if not node.paths:
+                    del self.live[fnode]
+                    return
+        self._extend(self.live[fnode], op)
+
+    def _extend(self, node: _Fnode, op: Op) -> None:
+        last = node.segments[-1] if node.segments else None
+        if last is not None and last.author == op.author:
+            last.last_seq_no, last.last_offset = op.seq_no, op.end
+        else:
+            node.segments.append(Segment(op.author, op.seq_no, op.begin, op.checksum,
+                                         op.seq_no, op.end))
+
+    def hints(self, log: str) -> Hints:
+        """Hints that rebuild the live files as of now."""
+        return Hints(log, {f: [Segment(**asdict(s)) for s in node.segments]
+                           for f, node in self.live.items()})
+
+    def paths(self, fnode: int) -> set[str]:
+        node = self.live.get(fnode)
+        return set(node.paths) if node is not None else set()
+
+    def describe(self) -> dict[str, Any]:
+        return {"next_seq_no": self.next_seq_no, "live": len(self.live),
+                "links": len(self.links)}

@@ -1,0 +1,163 @@
+"""Recorded operations: the frames a recovery log holds (pure encoding, no I/O).
+
+Each frame is one file-system operation of a store, in the order it happened:
+
+    magic "RL" | version | kind | crc32 | seq_no | checksum | author | fnode | offset
+    | length | path length | path (UTF-8) | data (`length` bytes, writes only)
+
+little-endian, 50 bytes before the path. `crc32` covers everything after itself, so a
+torn or corrupt frame is found where it starts. `seq_no` numbers the operations of the
+log's one lineage; `checksum` is the lineage's checksum before the operation (see
+`fsm.FSM`): a frame appended by a writer that lost the log (a fenced-out primary whose
+append raced its successor's) is out of sequence and is skipped by every reader alike.
+
+Files are *fnodes* (like inodes): `CREATE` makes one (its id is its `seq_no`) linked at
+a path; `LINK`/`UNLINK` add and drop paths (a rename is both; an fnode with no path
+left is dead, and so is every frame that wrote it); `WRITE` puts `data` at `offset`;
+`TRUNCATE` sets its size to `length`. `NOOP` writes nothing: a new primary appends one
+to take the log over (its `author` from then on).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass
+
+from gazette.errors import GazetteError
+
+MAGIC = b"RL"
+VERSION = 1
+_HEADER = struct.Struct("<2sBBIQIIQQQH")
+HEADER_SIZE = _HEADER.size
+#: Bounds that make a corrupt length fail clearly instead of allocating it.
+MAX_PATH_BYTES = 4096
+MAX_WRITE_BYTES = 64 << 20
+
+
+class Kind(enum.IntEnum):
+    NOOP = 0
+    CREATE = 1
+    WRITE = 2
+    TRUNCATE = 3
+    LINK = 4
+    UNLINK = 5
+
+
+class CorruptLog(GazetteError):
+    """A recovery log holds bytes that are not a valid frame where one must start."""
+
+    def __init__(self, log: str, offset: int, reason: str) -> None:
+        super().__init__(f"recovery log {log}: corrupt at offset {offset}: {reason}")
+        self.log, self.offset, self.reason = log, offset, reason
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation (without its data). `begin`/`end`: its frame's offsets in the log
+    (set when read back; 0 when recorded)."""
+
+    kind: Kind
+    seq_no: int
+    checksum: int
+    author: int
+    fnode: int = 0
+    offset: int = 0
+    length: int = 0
+    path: str = ""
+    crc: int = 0
+    begin: int = 0
+    end: int = 0
+
+
+def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 0,
+           offset: int = 0, length: int = 0, path: str = "",
+           data: bytes | memoryview = b"") -> tuple[bytes, int]:
+    """The frame of one operation, and its crc (which the next checksum chains)."""
+    raw_path = path.encode()
+    if len(raw_path) > MAX_PATH_BYTES:
+        raise ValueError(f"path of {len(raw_path)} bytes is over {MAX_PATH_BYTES}")
+    if kind is Kind.WRITE:
+        if length != len(data):
+            raise ValueError(f"a write of {len(data)} bytes says length {length}")
+        if length > MAX_WRITE_BYTES:
+            raise ValueError(f"a write of {length} bytes is over {MAX_WRITE_BYTES}")
+    elif data:
+        raise ValueError(f"only a write carries data, not {kind.name}")
+    head = _HEADER.pack(MAGIC, VERSION, kind, 0, seq_no, checksum, author, fnode, offset,
+                        length, len(raw_path))
+    crc = zlib.crc32(data, zlib.crc32(raw_path, zlib.crc32(head[8:])))
+    return b"".join((head[:4], crc.to_bytes(4, "little"), head[8:], raw_path, data)), crc
+
+
+def chain(checksum: int, crc: int) -> int:
+    """The lineage's checksum after an operation whose frame has `crc`."""
+    return zlib.crc32(crc.to_bytes(4, "little"), checksum)
+
+
+class Decoder:
+    """Frames from a log's bytes, fed as they are read (in any pieces)."""
+
+    def __init__(self, log: str, offset: int) -> None:
+        self.log = log
+        self.offset = offset  # of the first byte not yet decoded
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[tuple[Op, bytes]]:
+        """Every whole frame now buffered, with its data; raises `CorruptLog` (the
+        frames before the corrupt one are consumed: `offset` is where it starts)."""
+        self._buf += chunk
+        out: list[tuple[Op, bytes]] = []
+        buf, pos = self._buf, 0
+        try:
+            while len(buf) - pos >= HEADER_SIZE:
+                frame = self._frame(buf, pos)
+                if frame is None:
+                    break
+                out.append(frame)
+                pos = frame[0].end - self.offset
+        finally:
+            del buf[:pos]
+            self.offset += pos
+        return out
+
+    def _frame(self, buf: bytearray, pos: int) -> tuple[Op, bytes] | None:
+        (magic, version, kind, crc, seq_no, checksum, author, fnode, offset, length,
+         path_len) = _HEADER.unpack_from(buf, pos)
+        at = self.offset + pos
+        if magic != MAGIC:
+            raise CorruptLog(self.log, at, f"no frame starts here ({bytes(magic)!r})")
+        if version != VERSION:
+            raise CorruptLog(self.log, at, f"unknown frame version {version}")
+        try:
+            kind = Kind(kind)
+        except ValueError:
+            raise CorruptLog(self.log, at, f"unknown operation {kind}") from None
+        data_len = length if kind is Kind.WRITE else 0
+        if path_len > MAX_PATH_BYTES or data_len > MAX_WRITE_BYTES:
+            raise CorruptLog(self.log, at, f"impossible sizes (path {path_len}, data "
+                             f"{data_len})")
+        size = HEADER_SIZE + path_len + data_len
+        if len(buf) - pos < size:
+            return None
+        with memoryview(buf) as view:
+            frame = view[pos:pos + size]
+            try:
+                if zlib.crc32(frame[8:]) != crc:
+                    raise CorruptLog(self.log, at, "checksum mismatch (a torn or damaged "
+                                     "frame)")
+                try:
+                    path = bytes(frame[HEADER_SIZE:HEADER_SIZE + path_len]).decode()
+                except UnicodeDecodeError:
+                    raise CorruptLog(self.log, at, "path is not UTF-8") from None
+                data = bytes(frame[HEADER_SIZE + path_len:])
+            finally:
+                frame.release()
+        return Op(kind, seq_no, checksum, author, fnode, offset, length, path, crc, at,
+                  at + size), data
+
+    @property
+    def pending(self) -> int:
+        """Bytes of a frame not yet whole."""
+        return len(self._buf)

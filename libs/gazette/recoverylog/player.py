@@ -1,0 +1,219 @@
+"""`Player`: rebuilds a store's files in a local folder from its recovery log.
+
+It reads the log from where the hints say the live files' operations begin, skipping
+stretches that hold only files deleted since, applies each operation in sequence (file
+writes in a worker thread, a read chunk at a time), and plays to the log's write head.
+Then a primary `handoff`s: it appends a no-op that makes it the log's writer (its
+author in the log's registers, the old one's removed, at the exact head it played to),
+and records from there; a hot standby `tail`s the log to keep its copy current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import Counter
+
+from gazette.client import BrokerError, JournalClient
+from gazette.errors import GazetteError
+from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
+from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, encode
+from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
+
+log = logging.getLogger(__name__)
+
+PLAYED_BYTES = Counter("gazette_recoverylog_played_bytes_total",
+                       "Bytes of recovery logs read by players")
+SKIPPED_OPS = Counter("gazette_recoverylog_out_of_sequence_ops_total",
+                      "Recovery-log operations skipped as out of sequence (raced writers)")
+
+
+class PlaybackError(GazetteError):
+    """Playback cannot go on: a corrupt log, a missing fragment, hints that do not fit
+    the log. Names the shard (or log) and the offset."""
+
+
+@dataclass
+class Progress:
+    """Bytes played of bytes to play (as of the last look at the write head)."""
+
+    played: int = 0
+    to_play: int = 0
+
+
+class Player:
+    """Plays `log` into the folder `root` (emptied first), from `hints` (None: from the
+    log's start). `name` says whose log it is in errors (the shard)."""
+
+    def __init__(self, client: JournalClient, log_name: str, root: Path,
+                 hints: Hints | None = None, name: str = "") -> None:
+        self.client, self.log, self.root = client, log_name, root
+        self.name = name or log_name
+        self.fsm = FSM(hints)
+        self.offset = min((s.first_offset for s in self.fsm.pending), default=0)
+        self.progress = Progress()
+        self.on_progress: Callable[[Progress], None] | None = None
+        self._fds: dict[int, int] = {}  # fnode -> open file
+        self._paths: dict[int, set[Path]] = {}  # fnode -> its paths on disk
+        self._prepared = False
+
+    def _error(self, offset: int, what: str) -> PlaybackError:
+        return PlaybackError(f"{self.name}: playing recovery log {self.log} at offset "
+                             f"{offset}: {what}")
+
+    async def _prepare(self) -> None:
+        if not self._prepared:
+            await asyncio.to_thread(_empty_folder, self.root)
+            self._prepared = True
+
+    async def play(self) -> int:
+        """Play to the log's write head (as of now); returns it."""
+        await self._prepare()
+        head = await self.client.write_head(self.log)
+        for seg in self.fsm.pending:
+            if seg.last_offset > head:
+                raise self._error(seg.last_offset, f"the hints point past the log's end "
+                                  f"({head})")
+        self.progress.to_play = self.progress.played + max(head - self.offset, 0)
+        while self.offset < head:
+            pending = self.fsm.pending
+            while pending and self.offset >= pending[0].last_offset:
+                pending.pop(0)  # read through
+            if pending and self.offset < pending[0].first_offset:
+                self.fsm.skip_to(pending[0])  # only deleted files' operations before it
+                self.offset = pending[0].first_offset
+            end = pending[0].last_offset if pending else head
+            await self._read(self.offset, end, block=False)
+        return head
+
+    async def tail(self, stop: asyncio.Event) -> None:
+        """Keep playing what is appended, until `stop` is set (a hot standby)."""
+        await self._prepare()
+        stopped = asyncio.ensure_future(stop.wait())
+        reading = asyncio.ensure_future(self._read(self.offset, 0, block=True))
+        try:
+            await asyncio.wait({stopped, reading}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                reading.result()
+        finally:
+            for task in (stopped, reading):
+                task.cancel()
+            await asyncio.gather(stopped, reading, return_exceptions=True)
+
+    async def _read(self, begin: int, end: int, *, block: bool) -> None:
+        decoder = Decoder(self.log, begin)
+        reads = self.client.read(self.log, begin, block=block, end_offset=end)
+        async with contextlib.aclosing(reads) as chunks:
+            async for chunk in chunks:
+                if chunk.offset != decoder.offset:
+                    raise self._error(decoder.offset, f"log content is missing up to "
+                                      f"{chunk.offset} (a removed fragment?)")
+                try:
+                    frames = decoder.feed(chunk.content)
+                except CorruptLog as err:
+                    raise self._error(err.offset, err.reason) from None
+                effects = self._sequence(frames)
+                if effects:
+                    try:
+                        await asyncio.to_thread(self._apply, effects)
+                    except OSError as err:
+                        raise self._error(decoder.offset, f"writing the files: {err}") \
+                            from None
+                self.offset = decoder.offset
+                PLAYED_BYTES.inc(len(chunk.content))
+                self.progress.played += len(chunk.content)
+                if self.on_progress is not None:
+                    self.on_progress(self.progress)
+        if end and decoder.offset < end:
+            where = "a frame is cut off" if decoder.pending else "the log ends early"
+            raise self._error(decoder.offset, f"{where} (expected content up to {end})")
+
+    def _sequence(self, frames: list[tuple[Op, bytes]]) -> list[tuple[Op, bytes, int]]:
+        """Run frames through the FSM; the file effects to play, with each one's fnode."""
+        out = []
+        for op, data in frames:
+            try:
+                played = self.fsm.apply(op)
+            except OutOfSequence as err:
+                SKIPPED_OPS.inc()
+                log.info("%s: skipping %s", self.name, err)
+                continue
+            except InconsistentOp as err:
+                raise self._error(op.begin, str(err)) from None
+            if played:
+                out.append((op, data, op.seq_no if op.kind is Kind.CREATE else op.fnode))
+        return out
+
+    def _apply(self, effects: list[tuple[Op, bytes, int]]) -> None:
+        """File effects, in a worker thread."""
+        for op, data, fnode in effects:
+            kind, path = op.kind, self.root / op.path if op.path else None
+            if kind is Kind.CREATE:
+                assert path is not None
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._fds[fnode] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                self._paths[fnode] = {path}
+            elif kind is Kind.WRITE:
+                os.pwrite(self._fds[fnode], data, op.offset)
+            elif kind is Kind.TRUNCATE:
+                os.ftruncate(self._fds[fnode], op.length)
+            elif kind is Kind.LINK:
+                assert path is not None
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.link(next(iter(self._paths[fnode])), path)
+                self._paths[fnode].add(path)
+            elif kind is Kind.UNLINK:
+                assert path is not None
+                os.unlink(path)
+                paths = self._paths[fnode]
+                paths.discard(path)
+                if not paths:
+                    del self._paths[fnode]
+                    os.close(self._fds.pop(fnode))
+
+    async def handoff(self, author: int) -> Recorder:
+        """Make this process the log's writer: play to the head, append a no-op there
+        that puts `author` in the log's registers (removing any other author), and
+        return the recorder that goes on from it. A writer that appends meanwhile only
+        makes this play further and try again."""
+        while True:
+            head = await self.play()
+            registers = (await self.client.append(self.log, b"")).registers
+            authors = registers - registers.without(AUTHOR_LABEL)  # of earlier writers
+            frame, _ = encode(Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
+                              author)
+            try:
+                result = await self.client.append(
+                    self.log, frame, offset=head, union_registers=fence(author),
+                    subtract_registers=authors - fence(author))
+            except BrokerError as err:
+                if err.status == "WRONG_APPEND_OFFSET":
+                    continue  # someone appended after our read: play that too
+                raise
+            op = Decoder(self.log, result.commit.begin).feed(frame)[0][0]
+            self.fsm.apply(op)
+            self.offset = result.commit.end
+            await asyncio.to_thread(self._close_files)
+            return Recorder(self.client, self.log, self.fsm, author, result.commit.end)
+
+    async def finish(self) -> None:
+        """Stop playing (without taking the log): close the files."""
+        await asyncio.to_thread(self._close_files)
+
+    def _close_files(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _empty_folder(root: Path) -> None:
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)

@@ -1,0 +1,149 @@
+"""`Recorder`: a store's file operations, sequenced into its recovery log.
+
+Operations are recorded as they happen (after the store made them on its local
+files) and buffered; `commit()` appends everything since the last commit as one append,
+which lands whole or not at all. Each append must land at the write head this recorder
+expects and only while the log's `author` register names it: once a successor has taken
+the log (`Player.handoff`), the old primary's appends are refused (REGISTER_MISMATCH or
+WRONG_APPEND_OFFSET), so a zombie can neither corrupt the log nor commit. A store's
+commit is durable only once `commit()` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter
+
+from gazette.client import JournalClient
+from gazette.errors import GazetteError
+from gazette.labels import LabelSet, Selector
+from gazette.recoverylog.fsm import FSM, Hints
+from gazette.recoverylog.ops import Decoder, Kind, encode
+
+log = logging.getLogger(__name__)
+
+#: The journal register that names the recorder a recovery log belongs to.
+AUTHOR_LABEL = "author"
+
+RECORDED_BYTES = Counter("gazette_recoverylog_recorded_bytes_total",
+                         "Bytes of file operations appended to recovery logs")
+RECORDED_OPS = Counter("gazette_recoverylog_recorded_ops_total",
+                       "File operations appended to recovery logs")
+
+
+class RecorderFenced(GazetteError):
+    """The log was taken over (or an append failed): this recorder writes no more."""
+
+
+def fence(author: int) -> LabelSet:
+    return LabelSet([(AUTHOR_LABEL, f"{author:08x}")])
+
+
+class Recorder:
+    """Records into `log` after `fsm` (as played, or after the handoff that made this
+    process the log's writer, whose end is `head`). Paths are relative to the store's
+    folder."""
+
+    def __init__(self, client: JournalClient, log_name: str, fsm: FSM, author: int,
+                 head: int) -> None:
+        self.client, self.log, self.fsm, self.author = client, log_name, fsm, author
+        self.head = head  # the write head: where the next commit lands
+        self._pending = bytearray()
+        self._ops = 0
+        self._check = Selector(include=fence(author))
+        self.failed: BaseException | None = None
+
+    # -- recording (synchronous: after the local operation succeeded) --
+
+    def _record(self, kind: Kind, *, fnode: int = 0, offset: int = 0, length: int = 0,
+                path: str = "", data: bytes | memoryview = b"") -> int:
+        if self.failed is not None:
+            raise RecorderFenced(f"recovery log {self.log}: no longer recording "
+                                 f"({self.failed})")
+        fsm = self.fsm
+        seq_no = fsm.next_seq_no
+        frame, _ = encode(kind, seq_no, fsm.next_checksum, self.author, fnode=fnode,
+                          offset=offset, length=length, path=path, data=data)
+        begin = self.head + len(self._pending)
+        # The frame lands at `begin`: commits append at the expected head, or fail.
+        op = Decoder(self.log, begin).feed(frame)[0][0]
+        fsm.apply(op)
+        self._pending += frame
+        self._ops += 1
+        return seq_no
+
+    def create(self, path: str) -> int:
+        """A new, empty file at `path` (which must be free); returns its fnode."""
+        return self._record(Kind.CREATE, path=path)
+
+    def write(self, fnode: int, offset: int, data: bytes | memoryview) -> None:
+        self._record(Kind.WRITE, fnode=fnode, offset=offset, length=len(data), data=data)
+
+    def truncate(self, fnode: int, size: int) -> None:
+        self._record(Kind.TRUNCATE, fnode=fnode, length=size)
+
+    def link(self, fnode: int, path: str) -> None:
+        self._record(Kind.LINK, fnode=fnode, path=path)
+
+    def unlink(self, path: str) -> None:
+        fnode = self.fsm.links.get(path)
+        if fnode is None:
+            raise FileNotFoundError(f"recovery log {self.log}: no recorded file {path!r}")
+        self._record(Kind.UNLINK, fnode=fnode, path=path)
+
+    def rename(self, src: str, dst: str) -> None:
+        """`src` takes the place of `dst` (replacing a file there)."""
+        fnode = self.fsm.links.get(src)
+        if fnode is None:
+            raise FileNotFoundError(f"recovery log {self.log}: no recorded file {src!r}")
+        if dst in self.fsm.links:
+            self.unlink(dst)
+        self.link(fnode, dst)
+        self.unlink(src)
+
+    def fnode(self, path: str) -> int | None:
+        return self.fsm.links.get(path)
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._pending)
+
+    # -- committing --
+
+    async def commit(self) -> None:
+        """Append what was recorded since the last commit (one append, at the expected
+        head, only while the log is this recorder's); raises `RecorderFenced` if it
+        was refused, and any failure leaves the recorder failed (the store must be
+        played again from the log)."""
+        if self.failed is not None:
+            raise RecorderFenced(f"recovery log {self.log}: no longer recording "
+                                 f"({self.failed})")
+        if not self._pending:
+            return
+        data, ops = bytes(self._pending), self._ops
+        try:
+            result = await self.client.append(self.log, data, offset=self.head,
+                                              check_registers=self._check)
+        except BaseException as err:
+            self.failed = err
+            status = getattr(err, "status", "")
+            if status in ("REGISTER_MISMATCH", "WRONG_APPEND_OFFSET"):
+                raise RecorderFenced(f"recovery log {self.log} was taken over by another "
+                                     f"writer ({status}): this one is fenced out") from err
+            raise
+        if result.commit.begin != self.head:  # the broker broke its contract
+            self.failed = GazetteError(f"commit at {result.commit.begin}, not {self.head}")
+            raise self.failed
+        self.head = result.commit.end
+        self._pending.clear()
+        self._ops = 0
+        RECORDED_BYTES.inc(len(data))
+        RECORDED_OPS.inc(ops)
+
+    def hints(self) -> Hints:
+        """Hints of what is committed (call between commits)."""
+        if self._pending:
+            raise GazetteError(f"recovery log {self.log}: hints asked for with "
+                               f"{len(self._pending)} bytes not committed")
+        return self.fsm.hints(self.log)

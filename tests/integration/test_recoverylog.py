@@ -1,0 +1,195 @@
+"""Recovery logs on a real broker: files recorded by one process are rebuilt
+byte-identical by a player (from hints that skip deleted files, and from the log's
+start); a successor's handoff fences the old recorder out; a standby's tail keeps up;
+a corrupt or cut log and hints past the log's end fail naming the shard and offset."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from gazette.client import JournalClient, RetryPolicy
+from gazette.recoverylog import Hints, Kind, PlaybackError, Player, Recorder, RecorderFenced
+from gazette.recoverylog.ops import encode
+from gazette_broker import BrokerServer
+from tests.fixtures.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+SPECS = """
+name: logs/
+replication: 1
+fragment:
+  stores: [file:///]
+  length: 65536
+  compression_codec: NONE
+children:
+  - name: logs/one
+  - name: logs/two
+  - name: logs/three
+  - name: logs/four
+  - name: logs/five
+"""
+
+
+@pytest.fixture
+async def client(broker_server: BrokerServer) -> JournalClient:
+    await broker_server.apply_yaml(SPECS)
+    async with JournalClient(broker_server.grpc_address,
+                             retry=RetryPolicy(attempts=20, initial_delay=0.02,
+                                               max_delay=0.2)) as c:
+        yield c  # type: ignore[misc]
+
+
+class Files:
+    """A store's folder whose every change is made on disk and recorded (what the
+    recorded stores do)."""
+
+    def __init__(self, root: Path, recorder: Recorder) -> None:
+        self.root, self.rec = root, recorder
+        root.mkdir(parents=True, exist_ok=True)
+
+    def write(self, path: str, offset: int, data: bytes) -> None:
+        fnode = self.rec.fnode(path)
+        if fnode is None:
+            (self.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / path).write_bytes(b"")
+            fnode = self.rec.create(path)
+        with open(self.root / path, "r+b") as f:
+            f.seek(offset)
+            f.write(data)
+        self.rec.write(fnode, offset, data)
+
+    def truncate(self, path: str, size: int) -> None:
+        os.truncate(self.root / path, size)
+        fnode = self.rec.fnode(path)
+        assert fnode is not None
+        self.rec.truncate(fnode, size)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self.root / src, self.root / dst)
+        self.rec.rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.unlink(self.root / path)
+        self.rec.unlink(path)
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def record_history(files: Files, rng: random.Random, rounds: int) -> None:
+    """A store's life: a database written in place and truncated, a journal file
+    made and deleted per commit, a state file replaced by rename."""
+    for i in range(rounds):
+        files.write("db", rng.randrange(0, 1 << 16) & ~4095, rng.randbytes(4096))
+        files.write("db-journal", 0, rng.randbytes(rng.randrange(100, 3000)))
+        files.remove("db-journal")
+        files.write("state.json.tmp", 0, b'{"round": %d}' % i)
+        files.rename("state.json.tmp", "state.json")
+        if i % 7 == 6:
+            files.truncate("db", 8192)
+        await files.rec.commit()
+
+
+async def test_a_played_folder_is_byte_identical_from_hints_or_from_the_start(
+        client: JournalClient, tmp_path: Path) -> None:
+    player = Player(client, "logs/one", tmp_path / "first", name="shard-1")
+    recorder = await player.handoff(author=0x11)
+    files = Files(tmp_path / "first", recorder)
+    await record_history(files, random.Random(1), 40)
+    hints = recorder.hints()
+    assert set(hints.live_nodes) == {recorder.fnode("db"), recorder.fnode("state.json")}
+    want = digest(files.root)
+
+    from_hints = Player(client, "logs/one", tmp_path / "second", Hints.decode(
+        hints.encode()), name="shard-1")
+    await from_hints.play()
+    await from_hints.finish()
+    assert digest(tmp_path / "second") == want
+    from_start = Player(client, "logs/one", tmp_path / "third", name="shard-1")
+    await from_start.play()
+    await from_start.finish()
+    assert digest(tmp_path / "third") == want
+    # The hints let the player skip what only deleted files wrote.
+    assert from_hints.progress.played < from_start.progress.played
+
+
+async def test_a_successor_fences_the_old_recorder_out(
+        client: JournalClient, tmp_path: Path) -> None:
+    old = await Player(client, "logs/two", tmp_path / "old").handoff(author=0x21)
+    old_files = Files(tmp_path / "old", old)
+    old_files.write("db", 0, b"one")
+    await old.commit()
+
+    successor = Player(client, "logs/two", tmp_path / "new", old.hints())
+    new = await successor.handoff(author=0x22)
+    old_files.write("db", 0, b"zombie")  # a zombie's commit is refused
+    with pytest.raises(RecorderFenced, match="taken over"):
+        await old.commit()
+    with pytest.raises(RecorderFenced):
+        old_files.write("db", 0, b"again")
+
+    new_files = Files(tmp_path / "new", new)
+    new_files.write("db", 3, b"two")
+    await new.commit()
+    check = Player(client, "logs/two", tmp_path / "check", new.hints())
+    await check.play()
+    await check.finish()
+    assert (tmp_path / "check" / "db").read_bytes() == b"onetwo"
+
+
+async def test_a_standby_tails_the_log_and_takes_over_where_it_is(
+        client: JournalClient, tmp_path: Path) -> None:
+    primary = await Player(client, "logs/three", tmp_path / "p").handoff(author=0x31)
+    files = Files(tmp_path / "p", primary)
+    files.write("db", 0, b"before")
+    await primary.commit()
+    standby = Player(client, "logs/three", tmp_path / "s", primary.hints())
+    stop = asyncio.Event()
+    tailing = asyncio.create_task(standby.tail(stop))
+    for i in range(20):
+        files.write("db", 6 + i, b"%d" % (i % 10))
+        await primary.commit()
+    want = digest(tmp_path / "p")
+    await eventually(lambda: standby.offset >= primary.head, "the standby caught up")
+    stop.set()
+    await tailing
+    taken = await standby.handoff(author=0x32)
+    assert digest(tmp_path / "s") == want and taken.head > primary.head
+
+
+async def test_bad_logs_and_hints_fail_naming_the_shard_and_offset(
+        client: JournalClient, tmp_path: Path) -> None:
+    rec = await Player(client, "logs/four", tmp_path / "a").handoff(author=0x41)
+    files = Files(tmp_path / "a", rec)
+    files.write("db", 0, b"x" * 100)
+    await rec.commit()
+    good_end = rec.head
+    hints = rec.hints()
+
+    past = Hints.decode(hints.encode())
+    for segs in past.live_nodes.values():
+        segs[-1].last_offset = good_end + 1000
+    with pytest.raises(PlaybackError, match=r"shard-4: .* at offset \d+: the hints point "
+                                            "past the log's end"):
+        await Player(client, "logs/four", tmp_path / "b", past, name="shard-4").play()
+
+    frame, _ = encode(Kind.WRITE, rec.fsm.next_seq_no, rec.fsm.next_checksum, 0x41,
+                      fnode=1, length=100, data=b"y" * 100)
+    await client.append("logs/four", frame[:60])  # a torn frame at the log's end
+    with pytest.raises(PlaybackError, match=f"shard-4: playing recovery log logs/four at "
+                                            f"offset {good_end}: a frame is cut off"):
+        await Player(client, "logs/four", tmp_path / "c", hints, name="shard-4").play()
+
+    await client.append("logs/five", b"garbage that is not a frame at all\n" * 3)
+    with pytest.raises(PlaybackError, match="shard-5: playing recovery log logs/five at "
+                                            "offset 0: no frame starts here"):
+        await Player(client, "logs/five", tmp_path / "d", name="shard-5").play()
