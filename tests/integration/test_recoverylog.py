@@ -34,6 +34,7 @@ children:
   - name: logs/three
   - name: logs/four
   - name: logs/five
+  - name: logs/six
 """
 
 
@@ -80,6 +81,15 @@ class Files:
         self.rec.unlink(path)
 
 
+async def replay(client: JournalClient, log: str, root: Path,
+                 hints: Hints | None = None) -> Player:
+    """A folder rebuilt from `log` (to its write head)."""
+    player = Player(client, log, root, hints, name="shard-1")
+    await player.play()
+    await player.finish()
+    return player
+
+
 def digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -109,14 +119,10 @@ async def test_a_played_folder_is_byte_identical_from_hints_or_from_the_start(
     assert set(hints.live_nodes) == {recorder.fnode("db"), recorder.fnode("state.json")}
     want = digest(files.root)
 
-    from_hints = Player(client, "logs/one", tmp_path / "second", Hints.decode(
-        hints.encode()), name="shard-1")
-    await from_hints.play()
-    await from_hints.finish()
+    from_hints = await replay(client, "logs/one", tmp_path / "second",
+                              Hints.decode(hints.encode()))
     assert digest(tmp_path / "second") == want
-    from_start = Player(client, "logs/one", tmp_path / "third", name="shard-1")
-    await from_start.play()
-    await from_start.finish()
+    from_start = await replay(client, "logs/one", tmp_path / "third")
     assert digest(tmp_path / "third") == want
     # The hints let the player skip what only deleted files wrote.
     assert from_hints.progress.played < from_start.progress.played
@@ -140,10 +146,25 @@ async def test_a_successor_fences_the_old_recorder_out(
     new_files = Files(tmp_path / "new", new)
     new_files.write("db", 3, b"two")
     await new.commit()
-    check = Player(client, "logs/two", tmp_path / "check", new.hints())
-    await check.play()
-    await check.finish()
+    await replay(client, "logs/two", tmp_path / "check", new.hints())
     assert (tmp_path / "check" / "db").read_bytes() == b"onetwo"
+
+
+async def test_what_is_recorded_while_a_commit_is_under_way_commits_next(
+        client: JournalClient, tmp_path: Path) -> None:
+    """A shard's next transaction runs while the previous one commits: its operations
+    go after the commit under way, not into it (nor lost when it ends)."""
+    rec = await Player(client, "logs/six", tmp_path / "p").handoff(author=0x61)
+    files = Files(tmp_path / "p", rec)
+    files.write("db", 0, b"first")
+    under_way = asyncio.create_task(rec.commit())
+    await asyncio.sleep(0)  # one step of the loop: the commit takes its operations and
+    assert rec.pending_bytes == 0 and not under_way.done()  # waits on its append
+    files.write("db", 5, b"+second")
+    await under_way
+    await rec.commit()
+    await replay(client, "logs/six", tmp_path / "copy", rec.hints())
+    assert (tmp_path / "copy" / "db").read_bytes() == b"first+second"
 
 
 async def test_a_standby_tails_the_log_and_takes_over_where_it_is(

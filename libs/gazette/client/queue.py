@@ -137,13 +137,17 @@ class AppendQueue:
                 batch = []
         finally:
             # Cancelled (close) or broken: fail what can no longer be sent.
-            rest = [*batch, *queue]
-            queue.clear()
-            for entry in rest:
-                entry.fut.cancel()
-            self._resolved(journal, rest)
-            self._tasks.pop(journal, None)
-            self._queues.pop(journal, None)
+            self._give_up(journal, batch)
+
+    def _give_up(self, journal: str, batch: list[_Entry] | None = None) -> None:
+        """Cancel `journal`'s unsent appends (and its batch in flight), and forget it."""
+        queue = self._queues.pop(journal, deque())
+        rest = [*(batch or ()), *queue]
+        queue.clear()
+        for entry in rest:
+            entry.fut.cancel()
+        self._resolved(journal, rest)
+        self._tasks.pop(journal, None)
 
     async def _send(self, journal: str, content: list[bytes]) -> AppendResult:
         delay = RESEND_DELAY
@@ -198,14 +202,8 @@ class AppendQueue:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             # A task cancelled before it ran never reached its cleanup: do it here.
-            for journal, queue in list(self._queues.items()):
-                rest = list(queue)
-                queue.clear()
-                for entry in rest:
-                    entry.fut.cancel()
-                self._resolved(journal, rest)
-            self._queues.clear()
-            self._tasks.clear()
+            for journal in list(self._queues):
+                self._give_up(journal)
 
     async def __aenter__(self) -> AppendQueue:
         return self

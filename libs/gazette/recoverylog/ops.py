@@ -91,6 +91,17 @@ def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 
     return b"".join((head[:4], crc.to_bytes(4, "little"), head[8:], raw_path, data)), crc
 
 
+def record(kind: Kind, seq_no: int, checksum: int, author: int, begin: int, *,
+           fnode: int = 0, offset: int = 0, length: int = 0, path: str = "",
+           data: bytes | memoryview = b"") -> tuple[bytes, Op]:
+    """The frame of one operation and the `Op` it is once it lands at `begin` (what a
+    writer that knows where its append lands applies, without decoding it again)."""
+    frame, crc = encode(kind, seq_no, checksum, author, fnode=fnode, offset=offset,
+                        length=length, path=path, data=data)
+    return frame, Op(kind, seq_no, checksum, author, fnode, offset, length, path, crc,
+                     begin, begin + len(frame))
+
+
 def chain(checksum: int, crc: int) -> int:
     """The lineage's checksum after an operation whose frame has `crc`."""
     return zlib.crc32(crc.to_bytes(4, "little"), checksum)

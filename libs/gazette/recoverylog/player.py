@@ -24,7 +24,7 @@ from prometheus_client import Counter
 from gazette.client import BrokerError, JournalClient
 from gazette.errors import GazetteError
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
-from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, encode
+from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, record
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
 
 log = logging.getLogger(__name__)
@@ -187,8 +187,8 @@ class Player:
             head = await self.play()
             registers = (await self.client.append(self.log, b"")).registers
             authors = registers - registers.without(AUTHOR_LABEL)  # of earlier writers
-            frame, _ = encode(Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
-                              author)
+            frame, op = record(Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
+                               author, head)
             try:
                 result = await self.client.append(
                     self.log, frame, offset=head, union_registers=fence(author),
@@ -197,8 +197,7 @@ class Player:
                 if err.status == "WRONG_APPEND_OFFSET":
                     continue  # someone appended after our read: play that too
                 raise
-            op = Decoder(self.log, result.commit.begin).feed(frame)[0][0]
-            self.fsm.apply(op)
+            self.fsm.apply(op)  # it landed at `head`: the append said so
             self.offset = result.commit.end
             await asyncio.to_thread(self._close_files)
             return Recorder(self.client, self.log, self.fsm, author, result.commit.end)
@@ -211,6 +210,7 @@ class Player:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self._paths.clear()
 
 
 def _empty_folder(root: Path) -> None:

@@ -11,6 +11,7 @@ commit is durable only once `commit()` returns.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from prometheus_client import Counter
@@ -19,7 +20,7 @@ from gazette.client import JournalClient
 from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.recoverylog.fsm import FSM, Hints
-from gazette.recoverylog.ops import Decoder, Kind, encode
+from gazette.recoverylog.ops import Kind, record
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,10 @@ class Recorder:
                  head: int) -> None:
         self.client, self.log, self.fsm, self.author = client, log_name, fsm, author
         self.head = head  # the write head: where the next commit lands
-        self._pending = bytearray()
+        self._pending = bytearray()  # recorded, not yet being committed
         self._ops = 0
+        self._inflight = 0  # bytes of the commit under way (they land at `head`)
+        self._committing = asyncio.Lock()
         self._check = Selector(include=fence(author))
         self.failed: BaseException | None = None
 
@@ -63,11 +66,12 @@ class Recorder:
                                  f"({self.failed})")
         fsm = self.fsm
         seq_no = fsm.next_seq_no
-        frame, _ = encode(kind, seq_no, fsm.next_checksum, self.author, fnode=fnode,
-                          offset=offset, length=length, path=path, data=data)
-        begin = self.head + len(self._pending)
-        # The frame lands at `begin`: commits append at the expected head, or fail.
-        op = Decoder(self.log, begin).feed(frame)[0][0]
+        # The frame lands here (after a commit under way): commits append at the
+        # expected head, in order, or fail.
+        frame, op = record(kind, seq_no, fsm.next_checksum, self.author,
+                           self.head + self._inflight + len(self._pending), fnode=fnode,
+                           offset=offset,
+                           length=length, path=path, data=data)
         fsm.apply(op)
         self._pending += frame
         self._ops += 1
@@ -116,34 +120,38 @@ class Recorder:
         head, only while the log is this recorder's); raises `RecorderFenced` if it
         was refused, and any failure leaves the recorder failed (the store must be
         played again from the log)."""
-        if self.failed is not None:
-            raise RecorderFenced(f"recovery log {self.log}: no longer recording "
-                                 f"({self.failed})")
-        if not self._pending:
-            return
-        data, ops = bytes(self._pending), self._ops
-        try:
-            result = await self.client.append(self.log, data, offset=self.head,
-                                              check_registers=self._check)
-        except BaseException as err:
-            self.failed = err
-            status = getattr(err, "status", "")
-            if status in ("REGISTER_MISMATCH", "WRONG_APPEND_OFFSET"):
-                raise RecorderFenced(f"recovery log {self.log} was taken over by another "
-                                     f"writer ({status}): this one is fenced out") from err
-            raise
-        if result.commit.begin != self.head:  # the broker broke its contract
-            self.failed = GazetteError(f"commit at {result.commit.begin}, not {self.head}")
-            raise self.failed
-        self.head = result.commit.end
-        self._pending.clear()
-        self._ops = 0
-        RECORDED_BYTES.inc(len(data))
-        RECORDED_OPS.inc(ops)
+        async with self._committing:  # one at a time, in the order they were asked
+            if self.failed is not None:
+                raise RecorderFenced(f"recovery log {self.log}: no longer recording "
+                                     f"({self.failed})")
+            if not self._pending:
+                return
+            # What is recorded from now on (the next transaction, while this one
+            # commits) goes to a new buffer, after this one.
+            data, ops, self._pending, self._ops = self._pending, self._ops, bytearray(), 0
+            self._inflight = len(data)
+            try:
+                result = await self.client.append(self.log, data, offset=self.head,
+                                                  check_registers=self._check)
+            except BaseException as err:
+                self.failed = err
+                status = getattr(err, "status", "")
+                if status in ("REGISTER_MISMATCH", "WRONG_APPEND_OFFSET"):
+                    raise RecorderFenced(f"recovery log {self.log} was taken over by "
+                                         f"another writer ({status}): this one is fenced "
+                                         "out") from err
+                raise
+            if result.commit.begin != self.head:  # the broker broke its contract
+                self.failed = GazetteError(f"commit at {result.commit.begin}, not "
+                                           f"{self.head}")
+                raise self.failed
+            self.head, self._inflight = result.commit.end, 0
+            RECORDED_BYTES.inc(len(data))
+            RECORDED_OPS.inc(ops)
 
     def hints(self) -> Hints:
         """Hints of what is committed (call between commits)."""
-        if self._pending:
+        if self._pending or self._inflight:
             raise GazetteError(f"recovery log {self.log}: hints asked for with "
-                               f"{len(self._pending)} bytes not committed")
+                               f"{len(self._pending) + self._inflight} bytes not committed")
         return self.fsm.hints(self.log)
