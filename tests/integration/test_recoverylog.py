@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import random
 from pathlib import Path
 
 import pytest
 
 from gazette.client import JournalClient, RetryPolicy
-from gazette.recoverylog import Hints, Kind, PlaybackError, Player, Recorder, RecorderFenced
+from gazette.recoverylog import (
+    Hints,
+    Kind,
+    PlaybackError,
+    Player,
+    RecordedFolder,
+    Recorder,
+    RecorderFenced,
+)
 from gazette.recoverylog.ops import encode
 from gazette_broker import BrokerServer
 from tests.fixtures.polling import eventually
@@ -47,38 +54,30 @@ async def client(broker_server: BrokerServer) -> JournalClient:
         yield c  # type: ignore[misc]
 
 
-class Files:
-    """A store's folder whose every change is made on disk and recorded (what the
-    recorded stores do)."""
+class Files(RecordedFolder):
+    """A store's folder whose every change is made on disk and recorded."""
 
     def __init__(self, root: Path, recorder: Recorder) -> None:
-        self.root, self.rec = root, recorder
+        super().__init__(root, recorder)
+        self.rec = recorder
         root.mkdir(parents=True, exist_ok=True)
 
     def write(self, path: str, offset: int, data: bytes) -> None:
-        fnode = self.rec.fnode(path)
-        if fnode is None:
-            (self.root / path).parent.mkdir(parents=True, exist_ok=True)
-            (self.root / path).write_bytes(b"")
-            fnode = self.rec.create(path)
-        with open(self.root / path, "r+b") as f:
-            f.seek(offset)
-            f.write(data)
-        self.rec.write(fnode, offset, data)
+        file = self.open(path)
+        try:
+            file.pwrite(data, offset)
+        finally:
+            file.close()
 
     def truncate(self, path: str, size: int) -> None:
-        os.truncate(self.root / path, size)
-        fnode = self.rec.fnode(path)
-        assert fnode is not None
-        self.rec.truncate(fnode, size)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.replace(self.root / src, self.root / dst)
-        self.rec.rename(src, dst)
+        file = self.open(path)
+        try:
+            file.truncate(size)
+        finally:
+            file.close()
 
     def remove(self, path: str) -> None:
-        os.unlink(self.root / path)
-        self.rec.unlink(path)
+        self.unlink(path)
 
 
 async def replay(client: JournalClient, log: str, root: Path,

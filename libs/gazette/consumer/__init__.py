@@ -3,7 +3,8 @@
 An application subclasses `Application` (``consume_message``, ``finalize_txn``); each
 shard runs it over its source journals (`ShardRunner`), read-committed, in transactions
 whose checkpoint commits atomically with the application's state in its `Store`
-(`MemoryStore`, `JSONFileStore`, `SQLStore` on PostgreSQL, imported on first use).
+(`MemoryStore`, `JSONFileStore`; `SQLStore` on PostgreSQL and `SQLiteStore` on the
+shard's recovery log, imported on first use).
 Its own gRPC methods and HTTP routes go on its members through `AppServices`.
 """
 
@@ -17,11 +18,16 @@ from gazette.consumer.store import JSONFileStore, MemoryStore, Store
 
 
 def __getattr__(name: str) -> Any:
-    """`SQLStore` and `StoreFenced` load psycopg: only when asked for."""
+    """`SQLStore` and `StoreFenced` load psycopg, `SQLiteStore` apsw: only when asked
+    for."""
     if name in ("SQLStore", "StoreFenced"):
         from gazette.consumer import sql
 
         return getattr(sql, name)
+    if name == "SQLiteStore":
+        from gazette.consumer import sqlite
+
+        return sqlite.SQLiteStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -34,6 +40,7 @@ __all__ = [
     "NoShardPrimary",
     "Progress",
     "SQLStore",
+    "SQLiteStore",
     "Shard",
     "ShardRunner",
     "SourceError",

@@ -14,7 +14,9 @@ the last committed checkpoint (empty if none) and, for stores shared between pro
 installs a fence that makes commits of any earlier holder of the shard fail.
 
 - `MemoryStore`: state in a dict, "committed" in memory (tests, benchmarks);
-- `JSONFileStore`: a JSON document in a local file, replaced atomically per commit.
+- `JSONFileStore`: a JSON document in a local file, replaced atomically per commit;
+  given the shard's recorded folder (`Shard.folder`), replicated by its recovery log;
+- `SQLiteStore` (`gazette.consumer.sqlite`): a SQLite database on the recovery log.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.errors import ValidationError
+from gazette.recoverylog import RecordedFolder
 
 
 class Store(Protocol):
@@ -78,13 +81,17 @@ class MemoryStore:
 
 
 class JSONFileStore:
-    """`state`, a JSON-able dict, kept in the file `path` with the checkpoint: each
-    commit writes a new file and renames it over the old one (fsynced), so the file
-    always holds one whole commit. Durable across restarts on one host; the
-    recovery-log issue replicates it."""
+    """`state`, a JSON-able dict, kept in a file with the checkpoint: each commit writes
+    a new file and renames it over the old one, so the file always holds one whole
+    commit. Given a path, the file is local (fsynced: durable across restarts on one
+    host); given the shard's recorded folder, the file `name` in it is replicated by
+    the recovery log (a commit is durable once its log append is)."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+    def __init__(self, where: Path | str | RecordedFolder, name: str = "state.json"
+                 ) -> None:
+        self.folder = where if isinstance(where, RecordedFolder) else None
+        self.path = where.path(name) if isinstance(where, RecordedFolder) else Path(where)
+        self.name = name
         self.state: dict[str, Any] = {}
 
     async def restore_checkpoint(self) -> Checkpoint:
@@ -105,7 +112,13 @@ class JSONFileStore:
 
     def _load(self) -> dict[str, Any] | None:
         try:
-            text = self.path.read_text()
+            if self.folder is not None:
+                raw = self.folder.read(self.name)
+                if raw is None:
+                    return None
+                text = raw.decode(errors="replace")
+            else:
+                text = self.path.read_text()
         except FileNotFoundError:
             return None
         try:
@@ -124,11 +137,16 @@ class JSONFileStore:
 
         async def commit() -> None:
             await _after(wait_for)
-            await asyncio.to_thread(self._write, data)
+            if self.folder is None:
+                await asyncio.to_thread(self._write, data)
+            else:
+                await asyncio.to_thread(self.folder.replace, self.name, data)
+                await self.folder.commit()
 
         return asyncio.ensure_future(commit())
 
     def _write(self, data: bytes) -> None:
+        """The local file (fsynced), replaced atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "wb") as f:

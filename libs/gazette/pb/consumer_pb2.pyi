@@ -289,7 +289,14 @@ class ReplicaStatus(_message.Message):
 
     CODE_FIELD_NUMBER: _builtins.int
     ERRORS_FIELD_NUMBER: _builtins.int
+    PLAYED_BYTES_FIELD_NUMBER: _builtins.int
+    TO_PLAY_BYTES_FIELD_NUMBER: _builtins.int
     code: Global___ReplicaStatus.Code.ValueType
+    played_bytes: _builtins.int
+    """With BACKFILL: bytes of the recovery log played so far, of those to play
+    (as of the log's write head when playback last looked).
+    """
+    to_play_bytes: _builtins.int
     @_builtins.property
     def errors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Errors encountered by the replica, with FAILED."""
@@ -299,10 +306,12 @@ class ReplicaStatus(_message.Message):
         *,
         code: Global___ReplicaStatus.Code.ValueType = ...,
         errors: _abc.Iterable[_builtins.str] | None = ...,
+        played_bytes: _builtins.int = ...,
+        to_play_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "errors", b"errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "errors", b"errors", "played_bytes", b"played_bytes", "to_play_bytes", b"to_play_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -35,6 +35,9 @@ class ReplicaState(IntEnum):
 class ReplicaStatus:
     state: ReplicaState = ReplicaState.PENDING
     error: str = ""
+    #: While RECOVERING: bytes of the recovery log played, of those to play.
+    played: int = 0
+    to_play: int = 0
 
     def __post_init__(self) -> None:
         if len(self.error) > MAX_ERROR_LEN:
@@ -42,11 +45,16 @@ class ReplicaStatus:
 
     def __str__(self) -> str:
         name = self.state.name.lower()
-        return f"{name}: {self.error}" if self.error else name
+        if self.error:
+            return f"{name}: {self.error}"
+        if self.to_play:
+            return f"{name}: played {_mib(self.played)} of {_mib(self.to_play)}"
+        return name
 
     def to_pb(self) -> cpb.ReplicaStatus:
         return cpb.ReplicaStatus(code=int(self.state),  # type: ignore[arg-type]
-                                 errors=[self.error] if self.error else [])
+                                 errors=[self.error] if self.error else [],
+                                 played_bytes=self.played, to_play_bytes=self.to_play)
 
     @classmethod
     def from_pb(cls, msg: cpb.ReplicaStatus) -> ReplicaStatus:
@@ -54,7 +62,8 @@ class ReplicaStatus:
             state = ReplicaState(msg.code)
         except ValueError:
             raise ValidationError("status.code", f"unknown replica state {msg.code}") from None
-        return cls(state, "; ".join(msg.errors))
+        return cls(state, "; ".join(msg.errors), max(msg.played_bytes, 0),
+                   max(msg.to_play_bytes, 0))
 
     def encode(self) -> bytes:
         return self.to_pb().SerializeToString()
@@ -67,3 +76,7 @@ class ReplicaStatus:
 def combined_status(statuses: Iterable[ReplicaStatus]) -> ReplicaStatus:
     """The status of a shard from its replicas': the greatest state (PENDING if none)."""
     return max(statuses, key=lambda s: s.state, default=ReplicaStatus())
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"

@@ -8,6 +8,7 @@ so stretches of deleted files are skipped), then hands off to a new recorder (a
 primary) or tails the log (a hot standby).
 """
 
+from gazette.recoverylog.folder import RecordedFile, RecordedFolder
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence, Segment
 from gazette.recoverylog.ops import CorruptLog, Kind, Op
 from gazette.recoverylog.player import PlaybackError, Player, Progress
@@ -24,6 +25,8 @@ __all__ = [
     "PlaybackError",
     "Player",
     "Progress",
+    "RecordedFile",
+    "RecordedFolder",
     "Recorder",
     "RecorderFenced",
     "Segment",

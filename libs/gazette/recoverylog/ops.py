@@ -115,6 +115,11 @@ class Decoder:
         self.offset = offset  # of the first byte not yet decoded
         self._buf = bytearray()
 
+    @property
+    def fed(self) -> int:
+        """The offset after the last byte fed (a frame may be pending before it)."""
+        return self.offset + len(self._buf)
+
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[tuple[Op, bytes]]:
         """Every whole frame now buffered, with its data; raises `CorruptLog` (the
         frames before the corrupt one are consumed: `offset` is where it starts)."""

@@ -112,8 +112,8 @@ class Player:
         reads = self.client.read(self.log, begin, block=block, end_offset=end)
         async with contextlib.aclosing(reads) as chunks:
             async for chunk in chunks:
-                if chunk.offset != decoder.offset:
-                    raise self._error(decoder.offset, f"log content is missing up to "
+                if chunk.offset != decoder.fed:
+                    raise self._error(decoder.fed, f"log content is missing up to "
                                       f"{chunk.offset} (a removed fragment?)")
                 try:
                     frames = decoder.feed(chunk.content)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from prometheus_client import Counter
 
@@ -54,27 +55,34 @@ class Recorder:
         self._ops = 0
         self._inflight = 0  # bytes of the commit under way (they land at `head`)
         self._committing = asyncio.Lock()
+        #: Held while recording and while a commit takes the buffer: a store's engine
+        #: may record from a worker thread.
+        self.lock = threading.RLock()
         self._check = Selector(include=fence(author))
         self.failed: BaseException | None = None
+        self._detached = False
 
     # -- recording (synchronous: after the local operation succeeded) --
 
     def _record(self, kind: Kind, *, fnode: int = 0, offset: int = 0, length: int = 0,
                 path: str = "", data: bytes | memoryview = b"") -> int:
+        if self._detached:
+            return 0
         if self.failed is not None:
             raise RecorderFenced(f"recovery log {self.log}: no longer recording "
                                  f"({self.failed})")
         fsm = self.fsm
-        seq_no = fsm.next_seq_no
-        # The frame lands here (after a commit under way): commits append at the
-        # expected head, in order, or fail.
-        frame, op = record(kind, seq_no, fsm.next_checksum, self.author,
-                           self.head + self._inflight + len(self._pending), fnode=fnode,
-                           offset=offset,
-                           length=length, path=path, data=data)
-        fsm.apply(op)
-        self._pending += frame
-        self._ops += 1
+        with self.lock:
+            seq_no = fsm.next_seq_no
+            # The frame lands here (after a commit under way): commits append at the
+            # expected head, in order, or fail.
+            frame, op = record(kind, seq_no, fsm.next_checksum, self.author,
+                               self.head + self._inflight + len(self._pending),
+                               fnode=fnode, offset=offset, length=length, path=path,
+                               data=data)
+            fsm.apply(op)
+            self._pending += frame
+            self._ops += 1
         return seq_no
 
     def create(self, path: str) -> int:
@@ -98,13 +106,22 @@ class Recorder:
 
     def rename(self, src: str, dst: str) -> None:
         """`src` takes the place of `dst` (replacing a file there)."""
-        fnode = self.fsm.links.get(src)
-        if fnode is None:
-            raise FileNotFoundError(f"recovery log {self.log}: no recorded file {src!r}")
-        if dst in self.fsm.links:
-            self.unlink(dst)
-        self.link(fnode, dst)
-        self.unlink(src)
+        with self.lock:
+            fnode = self.fsm.links.get(src)
+            if fnode is None:
+                raise FileNotFoundError(f"recovery log {self.log}: no recorded file "
+                                        f"{src!r}")
+            if dst in self.fsm.links:
+                self.unlink(dst)
+            self.link(fnode, dst)
+            self.unlink(src)
+
+    def detach(self) -> None:
+        """Record nothing more (changes from now on are dropped, commits fail): the
+        store closes, and its folder is played afresh from the log next time."""
+        self._detached = True
+        self.failed = self.failed or RecorderFenced(f"recovery log {self.log}: the "
+                                                    "recorder was detached")
 
     def fnode(self, path: str) -> int | None:
         return self.fsm.links.get(path)
@@ -115,21 +132,25 @@ class Recorder:
 
     # -- committing --
 
-    async def commit(self) -> None:
+    async def commit(self, *, hints: bool = False) -> Hints | None:
         """Append what was recorded since the last commit (one append, at the expected
         head, only while the log is this recorder's); raises `RecorderFenced` if it
         was refused, and any failure leaves the recorder failed (the store must be
-        played again from the log)."""
+        played again from the log). With `hints`, returns the hints of the log as
+        this commit leaves it (what is recorded meanwhile is not in them)."""
         async with self._committing:  # one at a time, in the order they were asked
             if self.failed is not None:
                 raise RecorderFenced(f"recovery log {self.log}: no longer recording "
                                      f"({self.failed})")
             if not self._pending:
-                return
+                return self.fsm.hints(self.log) if hints else None
             # What is recorded from now on (the next transaction, while this one
             # commits) goes to a new buffer, after this one.
-            data, ops, self._pending, self._ops = self._pending, self._ops, bytearray(), 0
-            self._inflight = len(data)
+            with self.lock:
+                data, ops = self._pending, self._ops
+                self._pending, self._ops = bytearray(), 0
+                self._inflight = len(data)
+                snapshot = self.fsm.hints(self.log) if hints else None
             try:
                 result = await self.client.append(self.log, data, offset=self.head,
                                                   check_registers=self._check)
@@ -145,9 +166,11 @@ class Recorder:
                 self.failed = GazetteError(f"commit at {result.commit.begin}, not "
                                            f"{self.head}")
                 raise self.failed
-            self.head, self._inflight = result.commit.end, 0
+            with self.lock:
+                self.head, self._inflight = result.commit.end, 0
             RECORDED_BYTES.inc(len(data))
             RECORDED_OPS.inc(ops)
+            return snapshot
 
     def hints(self) -> Hints:
         """Hints of what is committed (call between commits)."""

@@ -1,0 +1,167 @@
+"""Stores on a recovery log, against a real broker: a SQLite database and a JSON file
+written through their recorded folders are rebuilt from the log by a player, byte for
+byte, with their checkpoints; a crash between a local commit and its log append loses
+only that transaction; a successor fences the old store's commits out."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from pathlib import Path
+
+import apsw
+import pytest
+
+from gazette.client import JournalClient, RetryPolicy
+from gazette.consumer import Checkpoint, JSONFileStore
+from gazette.consumer.sqlite import SQLiteStore
+from gazette.recoverylog import Hints, Player, RecordedFolder, RecorderFenced
+from gazette_broker import BrokerServer
+
+pytestmark = pytest.mark.integration
+
+SPECS = """
+name: stores/
+replication: 1
+fragment:
+  stores: [file:///]
+  length: 1048576
+  compression_codec: NONE
+children:
+  - name: stores/sqlite
+  - name: stores/json
+  - name: stores/crash
+  - name: stores/fence
+"""
+
+
+@pytest.fixture
+async def client(broker_server: BrokerServer) -> JournalClient:
+    await broker_server.apply_yaml(SPECS)
+    async with JournalClient(broker_server.grpc_address,
+                             retry=RetryPolicy(attempts=20, initial_delay=0.02,
+                                               max_delay=0.2)) as c:
+        yield c  # type: ignore[misc]
+
+
+async def take(client: JournalClient, log: str, root: Path, author: int,
+               hints: Hints | None = None) -> RecordedFolder:
+    """Play `log` into `root` and become its writer: the folder a primary's store gets."""
+    recorder = await Player(client, log, root, hints).handoff(author)
+    return RecordedFolder(root, recorder)
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def rows(db: apsw.Connection) -> list[tuple[int, str]]:
+    return [(int(k), str(v)) for k, v in db.execute("SELECT k, v FROM kv ORDER BY k")]
+
+
+def checkpoint(n: int) -> Checkpoint:
+    return Checkpoint.of({"input/a": n * 100}, {}, [])
+
+
+async def sqlite_history(store: SQLiteStore, rng: random.Random, txns: int,
+                         first: int = 0) -> None:
+    """Inserts, updates and deletes, enough to roll the WAL through checkpoints."""
+    for t in range(first, first + txns):
+        db = store.db
+        db.execute("CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v TEXT)")
+        db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                       [(rng.randrange(5000), rng.randbytes(rng.randrange(10, 300)).hex())
+                        for _ in range(200)])
+        db.execute("DELETE FROM kv WHERE k % 97 = ?", (t % 97,))
+        await store.start_commit(checkpoint(t + 1), [])
+
+
+async def test_a_sqlite_store_is_rebuilt_byte_identical_with_its_checkpoint(
+        client: JournalClient, tmp_path: Path) -> None:
+    folder = await take(client, "stores/sqlite", tmp_path / "primary", 0x51)
+    store = SQLiteStore(folder)
+    assert await store.restore_checkpoint() == Checkpoint()
+    await sqlite_history(store, random.Random(5), 60)
+    want_rows = rows(store.db)
+    want_files = digest(tmp_path / "primary")
+    assert "store.db" in want_files and "store.db-wal" in want_files
+    hints = await folder.recorder.commit(hints=True)
+    assert hints is not None
+
+    # From the hints, and from the log's start: the same bytes, a sound database.
+    for name, given in (("from-hints", hints), ("from-start", None)):
+        player = Player(client, "stores/sqlite", tmp_path / name, given)
+        await player.play()
+        await player.finish()
+        assert digest(tmp_path / name) == want_files, name
+    await store.close()
+
+    successor = SQLiteStore(await take(client, "stores/sqlite", tmp_path / "next", 0x52,
+                                       hints))
+    assert await successor.restore_checkpoint() == checkpoint(60)
+    assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert rows(successor.db) == want_rows
+    await sqlite_history(successor, random.Random(6), 5, first=60)  # and it goes on
+    await successor.close()
+
+
+async def test_a_sqlite_commit_not_appended_is_not_played(
+        client: JournalClient, tmp_path: Path) -> None:
+    """The local commit happens at once; the log append after the transaction's
+    publishes. A primary that dies between the two loses that transaction only."""
+    folder = await take(client, "stores/crash", tmp_path / "primary", 0x61)
+    store = SQLiteStore(folder)
+    await store.restore_checkpoint()
+    await sqlite_history(store, random.Random(7), 3)
+    kept = rows(store.db)
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    store.db.execute("INSERT OR REPLACE INTO kv VALUES (-1, 'lost')")
+    commit = store.start_commit(checkpoint(99), [never])  # its publishes never land
+    store.db.execute("INSERT OR REPLACE INTO kv VALUES (-2, 'next txn')")
+    assert not commit.done()
+    commit.cancel()
+    await asyncio.gather(commit, return_exceptions=True)
+    folder.recorder.detach()  # the process is gone
+
+    successor = SQLiteStore(await take(client, "stores/crash", tmp_path / "next", 0x62))
+    assert await successor.restore_checkpoint() == checkpoint(3)
+    assert rows(successor.db) == kept
+    await successor.close()
+
+
+async def test_a_json_file_store_on_the_log(client: JournalClient, tmp_path: Path) -> None:
+    folder = await take(client, "stores/json", tmp_path / "primary", 0x71)
+    store = JSONFileStore(folder)
+    assert await store.restore_checkpoint() == Checkpoint()
+    for n in range(1, 6):
+        store.state["n"] = n
+        await store.start_commit(checkpoint(n), [])
+    want = digest(tmp_path / "primary")
+    assert set(want) == {"state.json"}
+
+    successor = JSONFileStore(await take(client, "stores/json", tmp_path / "next", 0x72))
+    assert await successor.restore_checkpoint() == checkpoint(5)
+    assert successor.state == {"n": 5} and digest(tmp_path / "next") == want
+
+
+async def test_a_successor_fences_the_old_store_out(
+        client: JournalClient, tmp_path: Path) -> None:
+    old = SQLiteStore(await take(client, "stores/fence", tmp_path / "old", 0x81))
+    await old.restore_checkpoint()
+    await sqlite_history(old, random.Random(8), 2)
+
+    new = SQLiteStore(await take(client, "stores/fence", tmp_path / "new", 0x82))
+    assert await new.restore_checkpoint() == checkpoint(2)
+    old.db.execute("INSERT INTO kv VALUES (-1, 'zombie')")
+    with pytest.raises(RecorderFenced):
+        await old.start_commit(checkpoint(50), [])
+    await old.close()
+    await sqlite_history(new, random.Random(9), 1, first=2)
+    await new.close()
+
+    check = SQLiteStore(await take(client, "stores/fence", tmp_path / "check", 0x83))
+    assert await check.restore_checkpoint() == checkpoint(3)
+    assert check.db.execute("SELECT count(*) FROM kv WHERE v = 'zombie'").fetchone() == (0,)
+    await check.close()
