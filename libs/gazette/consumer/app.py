@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gazette.consumer.store import MemoryStore, Store
 from gazette.message import Envelope, Publisher
 from gazette.protocol import JournalSpec, ShardSpec
+from gazette.recoverylog import RecordedFolder
 
 if TYPE_CHECKING:
     from gazette.consumer.services import AppServices
@@ -64,6 +65,9 @@ class Shard:
     publisher: Publisher
     progress: Progress = field(default_factory=Progress)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: With a recovery log: the store's local folder, played from the log and
+    #: recorded into it (give it to `SQLiteStore` or `JSONFileStore`).
+    folder: RecordedFolder | None = None
 
     @property
     def id(self) -> str:

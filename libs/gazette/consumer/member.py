@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -36,6 +38,7 @@ from gazette.cluster import (
     add_ops_routes,
 )
 from gazette.consumer.app import Application
+from gazette.consumer.recovery import Recovery, Standby
 from gazette.consumer.runner import ShardRunner
 from gazette.consumer.service import ShardService
 from gazette.consumer.services import AppServices
@@ -91,6 +94,9 @@ class MemberConfig:
     etcd_address: str = "http://localhost:2379"
     etcd_root: str = CONSUMER_ROOT
     etcd_startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT
+    #: Folder of the stores of shards with recovery logs ("": a temporary folder,
+    #: removed when the member stops).
+    local_dir: str = ""
 
     def __post_init__(self) -> None:
         Layout.consumer_app(self.app_name, self.etcd_root)  # names a bad app or prefix
@@ -138,6 +144,8 @@ class ConsumerMember:
         self.http: web.AppRunner | None = None
         self.http_port = 0
         self._started = False
+        self._temp_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.recovery: Recovery | None = None
 
     @property
     def endpoint(self) -> str:
@@ -155,11 +163,15 @@ class ConsumerMember:
 
     async def _open(self, spec: ShardSpec) -> LocalShard:
         return LocalShard(spec, self.id, self._runner, self.announcer.announce,
-                          self.statuses.set)
+                          self.statuses.set, self._standby)
 
     def _runner(self, spec: ShardSpec) -> ShardRunner:
         assert self.client is not None and self.appender is not None, "start() first"
-        return ShardRunner(spec, self.app, self.client, self.appender)
+        return ShardRunner(spec, self.app, self.client, self.appender, self.recovery)
+
+    def _standby(self, spec: ShardSpec) -> Standby:
+        assert self.client is not None and self.recovery is not None, "start() first"
+        return Standby(self.client, self.recovery, spec)
 
     def status(self, shard: str) -> ReplicaStatus | None:
         """The shard's status on this member (None: not assigned here)."""
@@ -199,6 +211,13 @@ class ConsumerMember:
                               f"{cfg.http_port}: {err.strerror}") from err
             self.http_port = int(self.http.addresses[0][1])
         self.client = JournalClient(cfg.broker_address)
+        if cfg.local_dir:
+            local_dir = Path(cfg.local_dir)
+            await asyncio.to_thread(local_dir.mkdir, parents=True, exist_ok=True)
+        else:
+            self._temp_dir = tempfile.TemporaryDirectory(prefix="gazette-consumer-")
+            local_dir = Path(self._temp_dir.name)
+        self.recovery = Recovery(self.etcd, local_dir)
         # Publishes and ACKs are messages: a repeat is dropped by readers, so an append
         # in doubt is sent again rather than failing the shard's transaction.
         self.appender = AppendQueue(self.client, resend=True)
@@ -256,4 +275,7 @@ class ConsumerMember:
             await self.client.close()
         await self.channels.close()
         await self.membership.leave()
+        if self._temp_dir is not None:
+            await asyncio.to_thread(self._temp_dir.cleanup)
+            self._temp_dir = None
         log.info("consumer member %s stopped", self.id)

@@ -33,6 +33,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -41,8 +42,17 @@ from prometheus_client import Counter, Gauge, Histogram
 from gazette.client import JournalClient
 from gazette.consumer.app import Application, Shard
 from gazette.consumer.checkpoint import Checkpoint
+from gazette.consumer.recovery import (
+    HINTS_INTERVAL,
+    HINTS_TIMEOUT,
+    Recovery,
+    recover,
+    shard_folder,
+    store_hints,
+)
 from gazette.consumer.store import Store
 from gazette.errors import GazetteError
+from gazette.keyspace import EtcdError
 from gazette.message import (
     AckIntent,
     AppendClient,
@@ -55,6 +65,8 @@ from gazette.message import (
     read_uncommitted,
 )
 from gazette.protocol import JournalSpec
+from gazette.recoverylog import Player, RecordedFolder
+from gazette.recoverylog import Progress as PlayProgress
 from gazette.supervise import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -148,8 +160,14 @@ class ShardRunner:
     what it publishes (and ACKs) through `appender` (an `AppendQueue`, say)."""
 
     def __init__(self, shard_spec: Any, app: Application, client: JournalClient,
-                 appender: AppendClient) -> None:
+                 appender: AppendClient, recovery: Recovery | None = None) -> None:
         self.app, self.client, self.appender = app, client, appender
+        self.recovery = recovery
+        #: A hot standby's player, stopped: the runner hands off from it (set before
+        #: `run`).
+        self.standby: Player | None = None
+        #: Told of recovery-log playback progress.
+        self.on_progress: Callable[[PlayProgress], None] | None = None
         self._appends = _Appends(appender)
         self.shard = Shard(shard_spec, Publisher(self._appends))
         self._carry: Batch | None = None  # a batch taken while a transaction closed
@@ -169,6 +187,64 @@ class ShardRunner:
 
     async def run(self) -> None:
         """Until cancelled (or a failure, raised)."""
+        if self.spec.recovery_log is None:
+            await self._run()
+            return
+        if self.recovery is None:
+            raise GazetteError(f"shard {self.spec.id} has a recovery log, but the runner "
+                               "was given no recovery (etcd, local folder)")
+        root = shard_folder(self.recovery.local_dir, self.spec.id)
+        try:
+            folder = self.shard.folder = await recover(
+                self.client, self.recovery.etcd, self.spec, root, self.on_progress,
+                self.standby)
+            self.standby = None
+            try:
+                async with asyncio.TaskGroup() as group:
+                    hints = group.create_task(self._keep_hints(folder),
+                                              name=f"hints:{self.spec.id}")
+                    await self._run()
+                    hints.cancel()
+            except ExceptionGroup as failed:
+                raise failed.exceptions[0] from failed
+            finally:
+                folder.recorder.detach()
+                await self._store_last_hints(folder)
+        finally:
+            self.shard.folder = None
+            await asyncio.to_thread(shutil.rmtree, root, True)
+
+    async def _keep_hints(self, folder: RecordedFolder) -> None:
+        """Write the store's hints to etcd every `HINTS_INTERVAL` (if they changed); a
+        failed write is logged and tried again next time."""
+        assert self.recovery is not None
+        written = folder.hints
+        while True:
+            await asyncio.sleep(HINTS_INTERVAL)
+            hints = folder.hints
+            if hints is None or hints == written:
+                continue
+            try:
+                async with asyncio.timeout(HINTS_TIMEOUT):
+                    await store_hints(self.recovery.etcd, self.spec, hints)
+                written = hints
+            except (EtcdError, TimeoutError) as err:
+                log.warning("shard %s: writing hints failed (tried again in %.0f s): %s",
+                            self.spec.id, HINTS_INTERVAL, err or "timed out")
+
+    async def _store_last_hints(self, folder: RecordedFolder) -> None:
+        """The shard stops here: its last hints, so the next primary plays little."""
+        assert self.recovery is not None
+        if folder.hints is None:
+            return
+        try:
+            async with asyncio.timeout(HINTS_TIMEOUT):
+                await store_hints(self.recovery.etcd, self.spec, folder.hints)
+        except (EtcdError, TimeoutError) as err:
+            log.warning("shard %s: writing its last hints failed: %s", self.spec.id,
+                        err or "timed out")
+
+    async def _run(self) -> None:
         store: Store = await _maybe(self.app.new_store(self.shard))
         try:
             checkpoint = await store.restore_checkpoint()

@@ -21,8 +21,11 @@ from typing import Any
 from prometheus_client import Counter
 
 from gazette.cluster import Resolution
+from gazette.consumer.recovery import Standby
 from gazette.consumer.runner import ShardRunner
 from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus, ShardSpec
+from gazette.recoverylog import Player
+from gazette.recoverylog import Progress as PlayProgress
 from gazette.supervise import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -47,9 +50,14 @@ class LocalShard:
     def __init__(self, spec: ShardSpec, me: ProcessId,
                  new_runner: Callable[[ShardSpec], ShardRunner],
                  announce: Callable[[str, Any], Any],
-                 report: Callable[[str, ReplicaStatus | None], None]) -> None:
+                 report: Callable[[str, ReplicaStatus | None], None],
+                 new_standby: Callable[[ShardSpec], Standby] | None = None) -> None:
         self.spec, self.me = spec, me
         self._new_runner, self._announce, self._report = new_runner, announce, report
+        self._new_standby = new_standby
+        self.standby: Standby | None = None
+        self._standby_task: asyncio.Task[None] | None = None
+        self._progress_at = 0.0
         self.route: Resolution[ShardSpec] | None = None
         self.runner: ShardRunner | None = None
         self._status = ReplicaStatus(PENDING)
@@ -100,39 +108,104 @@ class LocalShard:
                                                                            route.route):
                     announced = route.route
                 waits = [asyncio.ensure_future(self._changed.wait())]
-                if self._task is not None:
-                    waits.append(self._task)  # type: ignore[arg-type]
+                for task in (self._task, self._standby_task):
+                    if task is not None:
+                        waits.append(task)  # type: ignore[arg-type]
                 try:
                     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     waits[0].cancel()
         finally:
             await self._stop_runner()
+            await self._drop_standby()
+
+    def _failed(self, task: asyncio.Task[None] | None, what: str) -> bool:
+        """Whether `task` is done (it is then forgotten); a failure marks the shard."""
+        if task is None or not task.done():
+            return False
+        if not task.cancelled() and (err := task.exception()) is not None:
+            SHARD_FAILURES.inc()
+            self.status = ReplicaStatus(FAILED, f"{what}{type(err).__name__}: {err}")
+            self._failed_spec = self.spec
+            log.error("shard %s failed: %s", self.id, self.status.error)
+        return True
 
     async def _converge(self) -> None:
-        task = self._task
-        if task is not None and task.done():
+        if self._failed(self._task, ""):
             self._task = None
-            if not task.cancelled() and task.exception() is not None:
-                err = task.exception()
-                SHARD_FAILURES.inc()
-                self.status = ReplicaStatus(FAILED, f"{type(err).__name__}: {err}")
-                self._failed_spec = self.spec
-                log.error("shard %s failed: %s", self.id, self.status.error)
-        wanted = self.is_primary and not self.spec.disable and \
-            self._failed_spec != self.spec
+        if self._failed(self._standby_task, "as a hot standby: "):
+            self._standby_task = None
+        ok = not self.spec.disable and self._failed_spec != self.spec
+        wanted = self.is_primary and ok
         running = self.runner is not None and self.runner.spec
         if running and (not wanted or running != self.spec):
             await self._stop_runner()
+        standby = self._new_standby is not None and self.route is not None and ok and \
+            not self.is_primary and self.spec.recovery_log is not None
+        if self.standby is not None and (not standby or self.standby.spec != self.spec) \
+                and not wanted:
+            await self._drop_standby()
         if wanted and self._task is None:
             runner = self.runner = self._new_runner(self.spec)
             runner.on_restored = lambda: self._restored(runner)
+            runner.on_progress = self._progress
+            runner.standby = await self._take_standby()
             self._task = asyncio.create_task(runner.run(), name=f"shard:{self.id}")
             self.status = ReplicaStatus(RECOVERING)
             self._failed_spec = None
-            log.info("shard %s: running as primary", self.id)
-        elif not wanted and self.status.state != FAILED:
+            log.info("shard %s: running as primary%s", self.id,
+                     " (from its hot standby)" if runner.standby is not None else "")
+        elif standby and self.standby is None and self._new_standby is not None:
+            self.standby = self._new_standby(self.spec)
+            self.standby.on_progress = self._progress
+            self.standby.on_ready = self._standby_ready
+            self._standby_task = asyncio.create_task(self.standby.run(),
+                                                     name=f"standby:{self.id}")
+            self.status = ReplicaStatus(RECOVERING)
+            log.info("shard %s: a hot standby here", self.id)
+        elif not wanted and self.standby is None and self.status.state != FAILED:
             self.status = ReplicaStatus(STANDBY if self.route is not None else PENDING)
+
+    def _progress(self, progress: PlayProgress) -> None:
+        """Playback progress into the status (at most twice a second)."""
+        now = asyncio.get_running_loop().time()
+        if self.status.state == RECOVERING and (now - self._progress_at >= 0.5 or
+                                                progress.played >= progress.to_play):
+            self._progress_at = now
+            self.status = ReplicaStatus(RECOVERING, played=progress.played,
+                                        to_play=progress.to_play)
+
+    def _standby_ready(self) -> None:
+        if self.status.state == RECOVERING and self.runner is None:
+            self.status = ReplicaStatus(STANDBY)
+
+    async def _take_standby(self) -> Player | None:
+        """A hot standby here stops tailing; its player, if it had caught up (the
+        primary hands off from it), else None (it is dropped)."""
+        standby, task = self.standby, self._standby_task
+        if standby is None or task is None:
+            return None
+        if standby.player is None or task.done():
+            await self._drop_standby()
+            return None
+        standby.stop()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), RUNNER_STOP_SECONDS)
+        except Exception as err:  # noqa: BLE001 - a fresh recovery instead
+            log.warning("shard %s: its hot standby stopped badly (%s): recovering "
+                        "afresh", self.id, err)
+            await self._drop_standby()
+            return None
+        self.standby = self._standby_task = None
+        return standby.player
+
+    async def _drop_standby(self) -> None:
+        standby, task = self.standby, self._standby_task
+        self.standby = self._standby_task = None
+        if task is not None and not task.done():
+            await cancel_and_wait(task, RUNNER_STOP_SECONDS)
+        if standby is not None:
+            await standby.discard()
 
     def _restored(self, runner: ShardRunner) -> None:
         if runner is self.runner:
@@ -145,5 +218,6 @@ class LocalShard:
 
     async def close(self, reason: str) -> None:
         await self._stop_runner()
+        await self._drop_standby()
         self._report(self.id, None)
         log.info("shard %s: stopped here (%s)", self.id, reason)

@@ -14,10 +14,10 @@ Names are relative to the folder (``a.db``, ``sub/b.json``); the played folder a
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path, PurePosixPath
 
 from gazette.errors import ValidationError
+from gazette.recoverylog.fsm import Hints
 from gazette.recoverylog.recorder import Recorder
 
 
@@ -40,13 +40,11 @@ class RecordedFile:
         done = 0
         while done < len(view):
             done += os.pwrite(self.fd, view[done:], offset + done)
-        with self.folder.lock:
-            self.folder.recorder.write(self.fnode, offset, data)
+        self.folder.recorder.write(self.fnode, offset, data)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
-        with self.folder.lock:
-            self.folder.recorder.truncate(self.fnode, size)
+        self.folder.recorder.truncate(self.fnode, size)
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self.fd, size, offset)
@@ -62,11 +60,12 @@ class RecordedFile:
 
 class RecordedFolder:
     """The folder `root`, recorded by `recorder`. Its methods may be called from worker
-    threads (a store's engine may run there): recording is serialized by `lock`."""
+    threads (a store's engine may run there): the recorder serializes recording."""
 
     def __init__(self, root: Path, recorder: Recorder) -> None:
         self.root, self.recorder = root, recorder
-        self.lock = threading.Lock()
+        #: Hints of the log as the last commit left it (None: none yet).
+        self.hints: Hints | None = None
 
     def path(self, name: str) -> Path:
         return self.root / _relative(name)
@@ -77,7 +76,7 @@ class RecordedFolder:
     def open(self, name: str, *, truncate: bool = False) -> RecordedFile:
         """Open `name`, creating it (recorded) if the log has no such file."""
         path = self.path(name)
-        with self.lock:
+        with self.recorder.lock:  # one creation of a file that is not there yet
             fnode = self.recorder.fnode(name)
             if fnode is None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,14 +91,12 @@ class RecordedFolder:
 
     def unlink(self, name: str) -> None:
         os.unlink(self.path(name))
-        with self.lock:
-            self.recorder.unlink(name)
+        self.recorder.unlink(name)
 
     def rename(self, src: str, dst: str) -> None:
         """`src` takes the place of `dst` (atomically, as `os.replace`)."""
         os.replace(self.path(src), self.path(dst))
-        with self.lock:
-            self.recorder.rename(src, _relative(dst))
+        self.recorder.rename(src, _relative(dst))
 
     def replace(self, name: str, data: bytes) -> None:
         """`name` holds `data` whole: written as a new file renamed over it, so a log
@@ -122,4 +119,6 @@ class RecordedFolder:
 
     async def commit(self) -> None:
         """Make what was recorded so far durable (`Recorder.commit`)."""
-        await self.recorder.commit()
+        hints = await self.recorder.commit(hints=True)
+        if hints is not None:
+            self.hints = hints

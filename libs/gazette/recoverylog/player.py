@@ -88,6 +88,7 @@ class Player:
                 pending.pop(0)  # read through
             if pending and self.offset < pending[0].first_offset:
                 self.fsm.skip_to(pending[0])  # only deleted files' operations before it
+                self.progress.played += pending[0].first_offset - self.offset  # done
                 self.offset = pending[0].first_offset
             end = pending[0].last_offset if pending else head
             await self._read(self.offset, end, block=False)

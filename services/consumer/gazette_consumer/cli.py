@@ -55,6 +55,9 @@ SERVE_FLAGS: list[Flag] = [
      "seconds the member spec outlives a member that died without cleaning up"),
     ("--consumer.drain-timeout", "CONSUMER_DRAIN_TIMEOUT", "drain_timeout", float,
      "seconds a stopping member waits for its shards to move to other members"),
+    ("--consumer.local-dir", "CONSUMER_LOCAL_DIR", "local_dir", str,
+     "folder of the stores of shards with recovery logs (played from their logs: "
+     "nothing in it needs to survive the member; default: a temporary folder)"),
     ("--broker.address", "BROKER_ADDRESS", "broker_address", str,
      "a broker of the cluster the shards read and publish through"),
     ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
