@@ -16,7 +16,7 @@ from typing import Any
 import apsw
 import pytest
 
-from gazette.client import AppendQueue, JournalClient
+from gazette.client import AppendQueue, JournalClient, ShardClient
 from gazette.consumer import Application, Shard, ShardRunner
 from gazette.consumer.member import ConsumerMember
 from gazette.consumer.recovery import Recovery, load_hints
@@ -258,6 +258,10 @@ async def test_a_hot_standby_tails_and_takes_over_from_a_draining_primary(
                              "the new primary counted everything once", timeout=30)
         assert seen.index(ReplicaStatus(RECOVERING)) < seen.index(ReplicaStatus(STANDBY)), \
             "the standby showed itself recovering, then ready"
+        async with ShardClient(f"127.0.0.1:{members[0].port}") as shards:
+            hints = await shards.get_hints("shard-0")  # GetHints: from etcd
+        assert hints.primary is not None and hints.primary.log == "logs/shard-0"
+        assert Hints.from_pb(hints.primary).live_nodes, "the store's files are hinted"
     finally:
         for member in members:
             await member.stop()

@@ -22,7 +22,11 @@ import yaml
 from gazette.allocator import assignments_of
 from gazette.client import JournalClient, ShardClient
 from gazette.consumer.member import ConsumerMember
+from gazette.consumer.recovery import store_hints
 from gazette.gazctl.__main__ import run_async
+from gazette.keyspace import apply_changes
+from gazette.protocol import ShardSource, ShardSpec, SpecChange
+from gazette.recoverylog import Player, RecordedFolder
 from gazette_broker import BrokerServer
 from tests.fixtures.consumer import SHARDS, Group, primaries, publish
 from tests.fixtures.polling import eventually
@@ -252,7 +256,7 @@ async def test_hints_are_empty_and_prune_has_nothing_to_do(group: Group) -> None
     assert code == 0, err
     assert yaml.safe_load(out) == {"shard": "shard-0", "primary_hints": None,
                                    "backup_hints": []}
-    assert "shard shard-0 has no recovery-log hints: shards do not write recovery logs" in err
+    assert "shard shard-0 has no recovery-log hints: it has not recovered" in err
     code, out, _ = await gazctl(m0, "shards", "hints", "--shard", "shard-0", "-o", "json")
     assert code == 0 and json.loads(out)["primary_hints"] is None
 
@@ -261,14 +265,49 @@ async def test_hints_are_empty_and_prune_has_nothing_to_do(group: Group) -> None
     await eventually(lambda: _listed_count(m0, "prefix=logged/", 1), "logged/a lists")
     code, out, err = await gazctl(m0, "shards", "prune")
     assert code == 0, err
-    lines = out.splitlines()
-    assert lines[0].startswith("Nothing to prune: shards do not write recovery logs yet")
-    assert lines[1:] == [
-        "Shards with a recovery_log_prefix (1), whose recovery logs prune will apply to:",
-        "  logged/a  (recovery log recovery/logged/a)"]
+    assert "shard logged/a has no hints" in err and "its log is kept whole" in err
+    assert out.splitlines()[-1].startswith("pruned 0 fragments (0 B) of 0 journals")
     code, out, _ = await gazctl(m0, "shards", "prune", "-l", "id=shard-0")
     assert code == 0
     assert out.splitlines()[-1] == "None of the selected shards has a recovery_log_prefix."
+
+
+async def test_prune_removes_log_fragments_no_hint_needs(
+        group: Group, broker: BrokerServer, consumer_root: str, tmp_path: Path) -> None:
+    m0 = group[0][0]
+    spec = ShardSpec("pruned/a", (ShardSource("counts/in-3"),), recovery_log_prefix="rlog",
+                     hint_prefix=f"{consumer_root}/hints", disable=True)
+    log = "rlog/pruned/a"
+    await broker.apply_yaml(f"name: {log}\nreplication: 1\nfragment:\n"
+                            "  stores: [file:///]\n  compression_codec: NONE\n")
+    await apply_changes(m0.etcd, m0.layout, [SpecChange(spec.id, 0, spec)])
+    async with JournalClient(broker.grpc_address) as client:
+        # A store's life: its state file replaced six times, a fragment each.
+        root = tmp_path / "store"
+        folder = RecordedFolder(root, await Player(client, log, root).handoff(7))
+        for i in range(6):
+            folder.replace("state.json", b'{"n": %d}' % i)
+            await folder.commit()
+            await broker.broker.replicas[log].roll()
+        await asyncio.wait_for(broker.broker.persister.wait_idle(), 10)
+        assert folder.hints is not None
+        await store_hints(m0.etcd, spec, folder.hints)
+        await eventually(lambda: _listed_count(m0, "prefix=pruned/", 1), "pruned/a lists")
+
+        code, out, err = await gazctl(m0, "shards", "prune", "--dry-run", broker=broker)
+        assert code == 0, err
+        assert out.splitlines()[-1].startswith("would prune 5 fragments"), out
+        assert broker.file_root is not None
+        code, out, err = await gazctl(m0, "shards", "prune", "-l", "id=pruned/a",
+                                      "--file-root", str(broker.file_root), broker=broker)
+        assert code == 0, err
+        assert out.splitlines()[-1].startswith("pruned 5 fragments"), out
+        # The log's start is gone from the store; the hints still rebuild the state.
+        assert len(list((broker.file_root / log).iterdir())) == 1
+        copy = Player(client, log, tmp_path / "copy", folder.hints)
+        await copy.play()
+        await copy.finish()
+        assert (tmp_path / "copy" / "state.json").read_bytes() == b'{"n": 5}'
 
 
 async def _listed_count(member: ConsumerMember, selector: str, count: int) -> bool:

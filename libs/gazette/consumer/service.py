@@ -8,7 +8,7 @@
 - List: shard specs by selector (``id=``, ``prefix=``, labels), with their routes and
   each replica's status (as its member wrote it into etcd).
 - Apply: shard specs upserted or deleted in one revision-guarded etcd transaction.
-- GetHints: none until recovery logs exist (the shard must exist).
+- GetHints: the shard's recovery-log hints, primary and backups, from etcd.
 - Unassign: removes shards' assignments (all, or only those whose replica is FAILED),
   so the allocator assigns them anew.
 
@@ -25,6 +25,7 @@ import grpc
 from gazette import names
 from gazette.allocator import assignments_of, route_of
 from gazette.cluster import forward_unary, proxied
+from gazette.consumer.recovery import load_hints
 from gazette.consumer.shard import FAILED
 from gazette.errors import ValidationError
 from gazette.keyspace import EtcdError, Txn, TxnConflict, apply_changes
@@ -153,8 +154,19 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                        ) -> cpb.GetHintsResponse:
         shard = await self._shard_id(request.shard, context)
         res = self.member.resolver.resolve(shard)
-        status = cpb.OK if res.spec is not None else cpb.SHARD_NOT_FOUND
-        return cpb.GetHintsResponse(status=status, header=self.member.resolver.header(res))
+        header = self.member.resolver.header(res)
+        if res.spec is None:
+            return cpb.GetHintsResponse(status=cpb.SHARD_NOT_FOUND, header=header)
+        try:
+            loaded = await load_hints(self.member.etcd, res.spec)
+        except EtcdError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reading hints of {shard}: "
+                                f"{err}")
+        found = [cpb.GetHintsResponse.ResponseHints(hints=h.to_pb() if h else None)
+                 for _, h in loaded]
+        return cpb.GetHintsResponse(status=cpb.OK, header=header,
+                                    primary_hints=found[0] if found else None,
+                                    backup_hints=found[1:])
 
     async def Unassign(self, request: cpb.UnassignRequest, context: Any
                        ) -> cpb.UnassignResponse:

@@ -81,7 +81,7 @@ async def _fragments_of(ctx: Context, journals: Sequence[str], *, begin: int = 0
     return found
 
 
-async def _fragments_listed(ctx: Context, journals: Sequence[str], *, begin: int = 0,
+async def list_fragments(ctx: Context, journals: Sequence[str], *, begin: int = 0,
                             end: int = 0, ttl: timedelta | None = None,
                             ) -> dict[str, list[FragmentInfo]]:
     """`_fragments_of`, with a progress bar of the journals listed on a terminal's
@@ -102,7 +102,7 @@ async def cmd_fragments(ctx: Context, args: argparse.Namespace) -> int:
     journals = [j.spec.name for j in listed
                 if j.spec.suspend is None or j.spec.suspend.level != SuspendLevel.FULL]
     ttl = args.url_ttl or (args.signature_ttl if args.url else None)
-    found = await _fragments_listed(ctx, journals, begin=args.from_, end=args.to, ttl=ttl)
+    found = await list_fragments(ctx, journals, begin=args.from_, end=args.to, ttl=ttl)
     infos = [i for j in journals for i in found[j]]
     if args.format == "json":
         for item in infos:
@@ -157,8 +157,6 @@ def plural(n: int, noun: str) -> str:
 
 
 async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
-    from gazette.fragment.store import FragmentStore, aclose_all, store_for
-
     listed = await selected(ctx, args.selector)
     if not listed:
         raise CommandError(f"no journals match the selector {args.selector.format()!r}")
@@ -169,7 +167,7 @@ async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
                  journal=j.spec.name)
     file_root = args.file_root or ctx.env.get("BROKER_FILE_ROOT") or None
     stats = PruneStats(journals=len(with_retention))
-    found = await _fragments_listed(ctx, [j.spec.name for j in with_retention])
+    found = await list_fragments(ctx, [j.spec.name for j in with_retention])
     now = time.time()
     aged: list[FragmentInfo] = []
     for j in with_retention:
@@ -180,8 +178,22 @@ async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
         aged += old
         info("fetched aged fragments", journal=j.spec.name, total=len(infos), aged=len(old))
 
+    pruned = await remove_fragments(ctx, aged, stats, dry_run=args.dry_run,
+                                    file_root=file_root)
+    if pruned:
+        ctx.echo(fragments_table(pruned, now=now))
+    ctx.echo(stats.summary(args.dry_run))
+    return 0
+
+
+async def remove_fragments(ctx: Context, aged: Sequence[FragmentInfo], stats: PruneStats,
+                           *, dry_run: bool, file_root: str | None) -> list[FragmentInfo]:
+    """Remove `aged` from their stores (none with `dry_run`), counting into `stats`;
+    returns those removed (or that would be)."""
+    from gazette.fragment.store import FragmentStore, aclose_all, store_for
+
     stores: dict[str, FragmentStore] = {}
-    if not args.dry_run:
+    if not dry_run:
         for url in sorted({i.fragment.backing_store for i in aged}):
             if url.startswith("file:") and not file_root:
                 raise CommandError(
@@ -198,7 +210,7 @@ async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
         for n, item in enumerate(aged):
             f = item.fragment
             progress.update(n, f.journal)
-            if not args.dry_run:
+            if not dry_run:
                 store = stores[f.backing_store]
                 if not await store.exists(f):
                     stats.missing += 1
@@ -210,7 +222,7 @@ async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
                     continue
                 await store.remove(f)
             progress.clear()
-            info("would prune fragment" if args.dry_run else "pruned fragment",
+            info("would prune fragment" if dry_run else "pruned fragment",
                  journal=f.journal, name=f.content_name, size=f.size, mod=f.mod_time)
             pruned.append(item)
             stats.pruned += 1
@@ -223,8 +235,4 @@ async def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
                 await store.close()
         if any(url.startswith("s3:") for url in stores):
             await aclose_all()
-    if pruned:
-        ctx.echo(fragments_table(pruned, now=now))
-    ctx.echo(stats.summary(args.dry_run))
-    return 0
-
+    return pruned

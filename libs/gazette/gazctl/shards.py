@@ -16,15 +16,22 @@ from typing import Any
 
 import yaml
 
-from gazette.client import BrokerError, ListedShard, ShardClient, ShardError
+from gazette.client import BrokerError, FragmentInfo, ListedShard, ShardClient, ShardError
 from gazette.gazctl.apply import SpecKind, apply_specs, edit_specs
 from gazette.gazctl.config import selector_arg, shard_arg
 from gazette.gazctl.context import Command, CommandError, Context, info, warn
+from gazette.gazctl.fragments import (
+    PruneStats,
+    fragments_table,
+    list_fragments,
+    remove_fragments,
+)
 from gazette.gazctl.journals import route_to_dict
 from gazette.gazctl.output import table
 from gazette.labels import Selector
 from gazette.protocol import ShardSpec
 from gazette.protocol.trees import shard_changes_from_yaml, specs_to_yaml
+from gazette.recoverylog import Hints
 
 #: A shards verb: runs with the context, a client of the consumer member, its arguments.
 ShardsVerb = Callable[[Context, ShardClient, argparse.Namespace], Awaitable[int]]
@@ -33,8 +40,8 @@ ShardsVerb = Callable[[Context, ShardClient, argparse.Namespace], Awaitable[int]
 NOT_RUNNING = frozenset({"NO_SHARD_PRIMARY", "NOT_SHARD_PRIMARY", "SHARD_STOPPED",
                          "SHARD_NOT_FOUND"})
 
-NO_RECOVERY_LOGS = ("shards do not write recovery logs yet (a later release adds them), "
-                    "so no shard has recovery-log hints")
+NO_RECOVERY_LOGS = ("it has not recovered from a recovery log yet (or has no "
+                    "recovery_log_prefix)")
 
 
 def command(verb: ShardsVerb) -> Command:
@@ -206,22 +213,48 @@ async def cmd_hints(ctx: Context, client: ShardClient, args: argparse.Namespace)
 
 
 async def cmd_prune(ctx: Context, client: ShardClient, args: argparse.Namespace) -> int:
+    """Once, or every ``--every`` seconds until interrupted."""
+    while True:
+        await prune_once(ctx, client, args)
+        if not args.every:
+            return 0
+        await asyncio.sleep(args.every)
+
+
+async def prune_once(ctx: Context, client: ShardClient, args: argparse.Namespace) -> None:
+    """Remove the fragments of each selected shard's recovery log that end before the
+    first offset any of its hints (primary or backup) reads from. A shard with no
+    hints keeps its whole log."""
     logged = [s for s in await client.list(args.selector) if s.spec.recovery_log]
-    found = await asyncio.gather(*(client.get_hints(s.spec.id) for s in logged))
-    hinted = [h.shard for h in found if not h.empty]
-    if hinted:
-        raise CommandError(f"shards {', '.join(hinted)} have recovery-log hints, but this "
-                           "gazctl cannot prune recovery logs yet; nothing was pruned")
-    ctx.echo(f"Nothing to prune: {NO_RECOVERY_LOGS} (hints say which fragments of a "
-             "recovery log are still needed).")
-    if logged:
-        ctx.echo(f"Shards with a recovery_log_prefix ({len(logged)}), whose recovery logs "
-                 "prune will apply to:")
-        for shard in logged:
-            ctx.echo(f"  {shard.spec.id}  (recovery log {shard.spec.recovery_log})")
-    else:
+    if not logged:
         ctx.echo("None of the selected shards has a recovery_log_prefix.")
-    return 0
+        return
+    found = await asyncio.gather(*(client.get_hints(s.spec.id) for s in logged))
+    keep: dict[str, int] = {}
+    for shard, hints in zip(logged, found, strict=True):
+        present = [Hints.from_pb(h) for h in (hints.primary, *hints.backups) if h]
+        if not present:
+            info(f"shard {shard.spec.id} has no hints: {NO_RECOVERY_LOGS}; its log is "
+                 "kept whole", log=shard.spec.recovery_log)
+            continue
+        keep[str(shard.spec.recovery_log)] = min(h.first_offset() for h in present)
+    file_root = args.file_root or ctx.env.get("BROKER_FILE_ROOT") or None
+    stats = PruneStats(journals=len(keep))
+    listed = await list_fragments(ctx, list(keep))
+    unneeded: list[FragmentInfo] = []
+    for log_name, infos in listed.items():
+        stats.fragments += len(infos)
+        stats.total_bytes += sum(i.fragment.size for i in infos)
+        old = [i for i in infos if i.fragment.backing_store and
+               i.fragment.end <= keep[log_name]]
+        unneeded += old
+        info("hints need the log from", log=log_name, offset=keep[log_name],
+             fragments=len(infos), unneeded=len(old))
+    pruned = await remove_fragments(ctx, unneeded, stats, dry_run=args.dry_run,
+                                    file_root=file_root)
+    if pruned:
+        ctx.echo(fragments_table(pruned))
+    ctx.echo(stats.summary(args.dry_run))
 
 
 # -- the command line ------------------------------------------------------------------
@@ -305,8 +338,13 @@ def add_parser(nouns: argparse._SubParsersAction[Any], common: argparse.Argument
                    help="output format (default: yaml)")
 
     p = verb("prune", cmd_prune, "prune recovery-log fragments no shard needs",
-             "Would remove the fragments of the selected shards' recovery logs that their\n"
-             "hints no longer need. Shards do not write recovery logs yet: it says so\n"
-             "and lists the shards with a recovery_log_prefix.")
+             "Remove the fragments of the selected shards' recovery logs that end before\n"
+             "the first offset any of a shard's hints (primary or backup) plays from.\n"
+             "A shard without hints keeps its whole log. With --every, again and again.")
     selector(p, False, "whose recovery logs to prune (default: all)")
     p.add_argument("--dry-run", action="store_true", help="show what would be removed")
+    p.add_argument("--file-root", default=None, metavar="DIR",
+                   help="folder of file:// fragment stores (the broker's "
+                        "--broker.file-root) [$BROKER_FILE_ROOT]")
+    p.add_argument("--every", type=float, default=0, metavar="SECONDS",
+                   help="prune again every SECONDS until interrupted (default: once)")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gazette.errors import GazetteError, ValidationError
+from gazette.pb import recoverylog_pb2 as rpb
 from gazette.recoverylog.ops import Kind, Op, chain
 
 
@@ -82,6 +83,29 @@ class Hints:
                 raise
             raise ValidationError(where, f"malformed hints: {err!r}") from None
         return cls(log, nodes)
+
+    def to_pb(self) -> rpb.FSMHints:
+        """As GetHints answers them."""
+        return rpb.FSMHints(log=self.log, live_nodes=[
+            rpb.FSMHints.FnodeSegments(fnode=f, segments=[
+                rpb.Segment(author=s.author, first_seq_no=s.first_seq_no,
+                            first_offset=s.first_offset, first_checksum=s.first_checksum,
+                            last_seq_no=s.last_seq_no, last_offset=s.last_offset,
+                            log=self.log) for s in segs])
+            for f, segs in sorted(self.live_nodes.items())])
+
+    @classmethod
+    def from_pb(cls, msg: rpb.FSMHints) -> Hints:
+        return cls(msg.log, {n.fnode: [Segment(s.author, s.first_seq_no, s.first_offset,
+                                               s.first_checksum, s.last_seq_no,
+                                               s.last_offset) for s in n.segments]
+                             for n in msg.live_nodes})
+
+    def first_offset(self) -> int:
+        """The log offset a player given these hints reads from (0: the start): what
+        must be kept of the log for them."""
+        return min((s.first_offset for segs in self.live_nodes.values() for s in segs),
+                   default=0)
 
     def segments(self) -> list[Segment]:
         """Every hinted segment, merged where they overlap, in log order: what a player
