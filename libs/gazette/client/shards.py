@@ -120,7 +120,8 @@ class ShardStat:
 @dataclass(frozen=True)
 class ShardHints:
     """The recovery-log hints of a shard: its primary's latest (None if none were
-    stored) and older backups, newest first. Empty until shards write recovery logs."""
+    stored) and older backups, newest first. Empty until the shard has recovered from its
+    recovery log once."""
 
     shard: str
     primary: rpb.FSMHints | None = None
@@ -272,7 +273,7 @@ class ShardClient:
         return ShardStat(dict(resp.read_through), dict(resp.publish_at), route)
 
     async def get_hints(self, shard: str) -> ShardHints:
-        """The shard's recovery-log hints (`ShardHints.empty` until recovery logs exist);
+        """The shard's recovery-log hints (`ShardHints.empty` if it has none yet);
         `ShardError` SHARD_NOT_FOUND if there is no such shard."""
         names.validate_shard_id(shard, "shard")
         resp, _ = await self._call("get_hints", shard, self._stub.GetHints,

@@ -330,8 +330,8 @@ def add_parser(nouns: argparse._SubParsersAction[Any], common: argparse.Argument
                    help="show what would be unassigned, change nothing")
 
     p = verb("hints", cmd_hints, "show a shard's recovery-log hints",
-             "Print a shard's recovery-log hints (its primary's and the backups). They\n"
-             "are empty until shards write recovery logs.")
+             "Print a shard's recovery-log hints (its primary's and the backups): empty\n"
+             "until it has recovered from its recovery log once.")
     p.add_argument("--shard", type=shard_arg, required=True, metavar="ID",
                    help="the shard's ID")
     p.add_argument("-o", "--format", choices=("yaml", "json"), default="yaml",
