@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -189,6 +190,16 @@ async def test_bad_hints_fall_back_and_a_bad_log_fails_naming_shard_and_offset(
                            match=r"shard sums/shard-0: playing recovery log "
                                  r"logs/sums/shard-0 at offset \d+: no frame starts here"):
             await runner.run()
+
+
+async def test_a_missing_recovery_log_is_named(
+        logs_client: JournalClient, etcd: Etcd, etcd_prefix: str, tmp_path: Path) -> None:
+    spec = dataclasses.replace(log_spec(etcd_prefix), recovery_log_prefix="nowhere")
+    runner = ShardRunner(spec, SQLiteSums(), logs_client, AppendQueue(logs_client),
+                         Recovery(etcd, tmp_path))
+    with pytest.raises(PlaybackError, match="shard sums/shard-0: its recovery log "
+                       r"nowhere/sums/shard-0 does not exist \(create the journal\)"):
+        await runner.run()
 
 
 class LogSums(Stores):

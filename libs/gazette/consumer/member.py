@@ -213,7 +213,11 @@ class ConsumerMember:
         self.client = JournalClient(cfg.broker_address)
         if cfg.local_dir:
             local_dir = Path(cfg.local_dir)
-            await asyncio.to_thread(local_dir.mkdir, parents=True, exist_ok=True)
+            try:
+                await asyncio.to_thread(local_dir.mkdir, parents=True, exist_ok=True)
+            except OSError as err:
+                raise OSError(err.errno, f"consumer.local-dir {cfg.local_dir}: cannot "
+                              f"make it: {err.strerror}") from err
         else:
             self._temp_dir = tempfile.TemporaryDirectory(prefix="gazette-consumer-")
             local_dir = Path(self._temp_dir.name)

@@ -76,7 +76,13 @@ class Player:
     async def play(self) -> int:
         """Play to the log's write head (as of now); returns it."""
         await self._prepare()
-        head = await self.client.write_head(self.log)
+        try:
+            head = await self.client.write_head(self.log)
+        except BrokerError as err:
+            if err.status != "JOURNAL_NOT_FOUND":
+                raise
+            raise PlaybackError(f"{self.name}: its recovery log {self.log} does not "
+                                "exist (create the journal)") from None
         for seg in self.fsm.pending:
             if seg.last_offset > head:
                 raise self._error(seg.last_offset, f"the hints point past the log's end "
