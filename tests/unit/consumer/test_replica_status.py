@@ -18,6 +18,14 @@ def test_round_trips_through_the_wire_codes() -> None:
     assert ReplicaStatus(ReplicaState.PENDING).to_pb().code == cpb.ReplicaStatus.IDLE
 
 
+def test_recovery_progress_goes_on_the_wire_and_shows() -> None:
+    status = ReplicaStatus(ReplicaState.RECOVERING, played=3 << 20, to_play=12 << 20)
+    assert ReplicaStatus.decode(status.encode()) == status
+    assert str(status) == "recovering: played 3.0 MiB of 12.0 MiB"
+    assert ReplicaStatus.from_pb(cpb.ReplicaStatus(code=cpb.ReplicaStatus.BACKFILL,
+                                                   played_bytes=-5)).played == 0
+
+
 def test_an_unknown_code_is_named() -> None:
     with pytest.raises(ValidationError, match=r"status\.code: unknown replica state 7"):
         ReplicaStatus.from_pb(cpb.ReplicaStatus(code=7))  # type: ignore[arg-type]
