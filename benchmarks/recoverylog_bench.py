@@ -1,0 +1,305 @@
+"""Recovery logs: playback MB/s, what recording costs a SQLite store, and a cold start.
+
+Starts etcd and a broker (its own process; journals of replication 1, 64 MiB
+uncompressed fragments in a `file:///` store), then:
+
+- `playback_mb_per_s`: a recovery log of 256 MiB (`playback_bytes`, what the player
+  read): one file of a `RecordedFolder` written in writes of 64 KiB to 1 MiB (random
+  sizes, one after the other, incompressible bytes), committed every 4 MiB; played from
+  its start by a fresh `Player(...).play()` (then `finish()`, the files closed) into an
+  empty folder; bytes played over seconds, the median of three plays (the first one's
+  file checked byte for byte). Target >= 200 MB/s;
+- `recording_overhead`: the same SQLite workload with recording and without, alternated
+  over three rounds (medians): transactions of 1,000 `INSERT OR REPLACE` of 100-byte
+  values into a table with an integer key (random keys in a range that grows by 1,000
+  a transaction: about half are new) plus the checkpoint row, as many transactions as
+  the first plain run does in 5 s (after each recorded run, the broker is let persist
+  its fragments, which are then deleted: a round's log is GBs). With recording: `SQLiteStore` on a
+  `RecordedFolder` (a fresh log each round), each `start_commit(checkpoint, [])`
+  awaited (its log append included); without: a plain `apsw.Connection` on a local file
+  with the same pragmas (exclusive locking, WAL, synchronous off, 2,000 pages of cache),
+  the checkpoint row in the same transaction, COMMIT per transaction. Overhead = with /
+  without - 1 (target <= 0.25); also `sqlite_txn_per_s_recorded` / `_plain`, and
+  `recorded_mib_per_txn`, the log bytes one transaction cost (WAL frames, and the pages
+  SQLite's checkpoints copy into the database);
+- `cold_start_s`: a store of ~100 MiB (`cold_start_store_mib`: its database file; 1 KiB
+  random rows, 1,000 per transaction, through `SQLiteStore` on its log) rebuilt by a
+  fresh member from the hints of its last commit: `Player(client, log, root,
+  hints).handoff(author)`, then `SQLiteStore(folder).restore_checkpoint()`
+  (`cold_start_log_mib`: the log bytes the player read);
+- `handoff_s`: not measured here (`handoff_s_note`).
+
+Prints progress on stderr and one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import apsw
+import uvloop
+
+from gazette.client import JournalClient
+from gazette.consumer import Checkpoint
+from gazette.consumer.sqlite import SQLiteStore
+from gazette.keyspace import Etcd, Layout, apply_changes
+from gazette.local import EmbeddedEtcd, free_port
+from gazette.protocol import journal_changes_from_yaml
+from gazette.recoverylog import Hints, Player, RecordedFolder
+
+MiB = 1 << 20
+PLAYBACK_VOLUME, PLAYBACK_COMMIT, PLAYBACK_RUNS = 256 * MiB, 4 * MiB, 3
+TXN_ROWS, PLAIN_SECONDS, ROUNDS = 1000, 5.0, 3
+STORE_ROWS, STORE_ROW_BYTES = 76_000, 1024
+SPECS = """
+name: bench/
+replication: 1
+fragment: {length: 67108864, compression_codec: NONE, stores: ["file:///"],
+           flush_interval: 1h, refresh_interval: 1h}
+children:
+  - name: bench/playback
+  - name: bench/sqlite-0
+  - name: bench/sqlite-1
+  - name: bench/sqlite-2
+  - name: bench/cold
+"""
+PRAGMAS = ("locking_mode=EXCLUSIVE", "journal_mode=WAL", "synchronous=OFF",
+           "cache_size=2000")  # SQLiteStore's (its default cache_pages)
+CREATE_KV = "CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v BLOB NOT NULL)"
+UPSERT = "INSERT OR REPLACE INTO kv VALUES (?, ?)"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def checkpoint(t: int) -> Checkpoint:
+    return Checkpoint.of({"bench/input": t * 100_000}, [], [])
+
+
+async def take(client: JournalClient, journal: str, root: Path, author: int,
+               hints: Hints | None = None) -> tuple[RecordedFolder, Player]:
+    """Play `journal` into `root` and become its writer (what a primary's store gets)."""
+    player = Player(client, journal, root, hints)
+    return RecordedFolder(root, await player.handoff(author)), player
+
+
+def digest(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha1").hexdigest()
+
+
+async def bench_playback(client: JournalClient, workdir: Path) -> tuple[float, int]:
+    folder, _ = await take(client, "bench/playback", workdir / "recorded", 0x10)
+    rng, pool = random.Random(1), memoryview(os.urandom(2 * MiB))
+    file, offset = folder.open("data.bin"), 0
+    started = time.perf_counter()
+    while offset < PLAYBACK_VOLUME:
+        size = min(rng.randrange(64 << 10, MiB + 1), PLAYBACK_VOLUME - offset)
+        at = rng.randrange(MiB)
+        file.pwrite(pool[at:at + size], offset)
+        offset += size
+        if folder.recorder.pending_bytes >= PLAYBACK_COMMIT:
+            await folder.commit()
+    await folder.commit()
+    file.close()
+    head = await client.write_head("bench/playback")
+    log(f"playback: recorded {head / MiB:.0f} MiB in {time.perf_counter() - started:.1f} s")
+    want, rates, played = digest(workdir / "recorded" / "data.bin"), [], 0
+    for run in range(PLAYBACK_RUNS):
+        root = workdir / "played"
+        await asyncio.to_thread(shutil.rmtree, root, True)  # not the player's time
+        player = Player(client, "bench/playback", root)
+        started = time.perf_counter()
+        await player.play()
+        await player.finish()
+        elapsed = time.perf_counter() - started
+        played = player.progress.played
+        rates.append(played / elapsed / 1e6)
+        log(f"playback run {run}: {played / MiB:.0f} MiB in {elapsed:.2f} s, "
+            f"{rates[-1]:.0f} MB/s")
+        if run == 0:
+            assert digest(root / "data.bin") == want, "the played file differs"
+    return statistics.median(rates), played
+
+
+def rows_of(rng: random.Random, t: int, pool: list[bytes]) -> list[tuple[int, bytes]]:
+    """Transaction `t`'s rows: keys below 1,000 x (t + 1) (about half new)."""
+    hi = (t + 1) * TXN_ROWS
+    return [(rng.randrange(hi), pool[rng.randrange(len(pool))]) for _ in range(TXN_ROWS)]
+
+
+def value_pool() -> list[bytes]:
+    rng = random.Random(2)
+    return [rng.randbytes(50).hex().encode() for _ in range(4096)]  # ~100-byte values
+
+
+def sqlite_plain(path: Path, txns: int, seconds: float = 0.0) -> tuple[int, float]:
+    """(transactions, seconds): `txns` of them, or as many as fit in `seconds`."""
+    db = apsw.Connection(str(path))
+    for pragma in PRAGMAS:
+        db.execute(f"PRAGMA {pragma}")
+    db.execute("CREATE TABLE gazette_checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), "
+               "checkpoint BLOB NOT NULL)")
+    db.execute(CREATE_KV)
+    rng, pool, t, started = random.Random(3), value_pool(), 0, time.perf_counter()
+    while t < txns if txns else time.perf_counter() - started < seconds:
+        db.execute("BEGIN")
+        db.executemany(UPSERT, rows_of(rng, t, pool))
+        db.execute("INSERT OR REPLACE INTO gazette_checkpoint VALUES (0, ?)",
+                   (checkpoint(t + 1).encode(),))
+        db.execute("COMMIT")
+        t += 1
+    elapsed = time.perf_counter() - started
+    db.close()  # not timed: it checkpoints the WAL (the recorded store's close is not)
+    return t, elapsed
+
+
+async def sqlite_recorded(client: JournalClient, journal: str, root: Path,
+                          txns: int) -> tuple[float, int]:
+    """(seconds, log bytes) of `txns` transactions through SQLiteStore."""
+    store = SQLiteStore((await take(client, journal, root, 0x20))[0])
+    await store.restore_checkpoint()
+    store.db.execute(CREATE_KV)
+    await store.start_commit(checkpoint(0), [])
+    before = await client.write_head(journal)
+    rng, pool, started = random.Random(3), value_pool(), time.perf_counter()
+    for t in range(txns):
+        store.db.executemany(UPSERT, rows_of(rng, t, pool))
+        await store.start_commit(checkpoint(t + 1), [])
+    elapsed = time.perf_counter() - started
+    await store.close()
+    return elapsed, await client.write_head(journal) - before
+
+
+async def settle(client: JournalClient, journal: str, store: Path) -> None:
+    """Wait until the broker persisted `journal`'s closed fragments (its copies and
+    fsyncs would overlap the next measurement), then delete those files."""
+    deadline = time.monotonic() + 120
+    while True:
+        frags = await client.list_fragments(journal)
+        if all(f.fragment.backing_store for f in frags[:-1]):
+            break
+        assert time.monotonic() < deadline, f"{journal}: fragments not persisted in time"
+        await asyncio.sleep(0.2)
+    for f in frags:
+        if f.fragment.backing_store:
+            (store / f.fragment.path).unlink(missing_ok=True)
+
+
+async def bench_overhead(client: JournalClient, workdir: Path) -> dict[str, Any]:
+    plain, recorded, txns, logged = [], [], 0, 0
+    for r in range(ROUNDS):
+        for kind in ("plain", "recorded") if r % 2 == 0 else ("recorded", "plain"):
+            folder = workdir / f"{kind}-{r}"
+            if kind == "plain":  # the first one sets the number of transactions
+                folder.mkdir()
+                txns, elapsed = sqlite_plain(folder / "plain.db", txns,
+                                             0.0 if txns else PLAIN_SECONDS)
+                plain.append(elapsed)
+                log(f"round {r}: plain SQLite {txns} transactions in {elapsed:.2f} s")
+            else:
+                journal = f"bench/sqlite-{r}"
+                elapsed, logged = await sqlite_recorded(client, journal, folder, txns)
+                recorded.append(elapsed)
+                log(f"round {r}: recorded SQLite {txns} transactions in {elapsed:.2f} s "
+                    f"({logged / MiB:.0f} MiB of log)")
+                await settle(client, journal, workdir / "store")
+            await asyncio.to_thread(shutil.rmtree, folder)
+    with_s, without_s = statistics.median(recorded), statistics.median(plain)
+    return {"recording_overhead": round(with_s / without_s - 1, 3),
+            "sqlite_txn_per_s_recorded": round(txns / with_s, 1),
+            "sqlite_txn_per_s_plain": round(txns / without_s, 1),
+            "sqlite_txns": txns, "sqlite_rows_per_txn": TXN_ROWS,
+            "recorded_mib_per_txn": round(logged / txns / MiB, 2)}
+
+
+async def bench_cold_start(client: JournalClient, workdir: Path) -> dict[str, Any]:
+    store = SQLiteStore((await take(client, "bench/cold", workdir / "primary", 0x30))[0])
+    await store.restore_checkpoint()
+    store.db.execute(CREATE_KV)
+    rng, txns, started = random.Random(4), STORE_ROWS // TXN_ROWS, time.perf_counter()
+    for t in range(txns):
+        store.db.executemany(UPSERT, [(t * TXN_ROWS + i, rng.randbytes(STORE_ROW_BYTES))
+                                      for i in range(TXN_ROWS)])
+        await store.start_commit(checkpoint(t + 1), [])
+    hints = await store.folder.recorder.commit(hints=True)
+    assert hints is not None
+    log(f"cold start: built the store in {time.perf_counter() - started:.1f} s, "
+        f"{(await client.write_head('bench/cold')) / MiB:.0f} MiB of log")
+    await store.close()
+
+    started = time.perf_counter()
+    folder, player = await take(client, "bench/cold", workdir / "successor", 0x31, hints)
+    successor = SQLiteStore(folder)
+    restored = await successor.restore_checkpoint()
+    elapsed = time.perf_counter() - started
+    assert restored == checkpoint(txns), restored
+    count = successor.db.execute("SELECT count(*) FROM kv").fetchone()[0]
+    assert count == txns * TXN_ROWS, count
+    size = (workdir / "successor" / "store.db").stat().st_size
+    await successor.close()
+    log(f"cold start: {size / MiB:.0f} MiB database, {player.progress.played / MiB:.0f} "
+        f"MiB of log played, in {elapsed:.2f} s")
+    return {"cold_start_s": round(elapsed, 2), "cold_start_store_mib": round(size / MiB, 1),
+            "cold_start_log_mib": round(player.progress.played / MiB, 1)}
+
+
+async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
+    port = free_port()
+    broker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
+        "--broker.http-port", "-1", "--broker.host", "127.0.0.1", "--broker.file-root",
+        str(workdir / "store"), "--broker.spool-dir", str(workdir / "spools"),
+        "--etcd.address", etcd.endpoint, "--log.level", "warn", env=dict(os.environ))
+    try:
+        async with Etcd(etcd.endpoint) as client_etcd:
+            await apply_changes(client_etcd, Layout.brokers(),
+                                journal_changes_from_yaml(SPECS))
+        async with JournalClient(f"127.0.0.1:{port}") as client:
+            deadline = time.monotonic() + 30
+            while True:  # until the broker serves every journal
+                try:
+                    for r in ("playback", "sqlite-0", "sqlite-1", "sqlite-2", "cold"):
+                        await client.write_head(f"bench/{r}")
+                    break
+                except Exception:  # noqa: BLE001 - the broker is still starting
+                    assert time.monotonic() < deadline, "the broker did not start"
+                    await asyncio.sleep(0.1)
+            result: dict[str, Any] = {}
+            rate, played = await bench_playback(client, workdir)
+            result.update(playback_mb_per_s=round(rate), playback_bytes=played)
+            await asyncio.to_thread(shutil.rmtree, workdir / "played")
+            await settle(client, "bench/playback", workdir / "store")
+            result.update(await bench_overhead(client, workdir))
+            result.update(await bench_cold_start(client, workdir))
+    finally:
+        broker.terminate()
+        await broker.wait()
+    return {**result, "handoff_s": None,
+            "handoff_s_note": "measured by the consumer integration (not yet)"}
+
+
+def main() -> None:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gz-recoverylog-bench-") as tmp:
+        workdir = Path(tmp)
+        with EmbeddedEtcd(workdir / "etcd") as etcd:
+            result = uvloop.run(run(etcd, workdir))
+    log(f"total {time.perf_counter() - started:.0f} s")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
