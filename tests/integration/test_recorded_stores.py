@@ -6,18 +6,19 @@ only that transaction; a successor fences the old store's commits out."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import apsw
 import pytest
 
-from gazette.client import JournalClient, RetryPolicy
+from gazette.client import JournalClient
 from gazette.consumer import Checkpoint, JSONFileStore
 from gazette.consumer.sqlite import SQLiteStore
 from gazette.recoverylog import Hints, Player, RecordedFolder, RecorderFenced
 from gazette_broker import BrokerServer
+from tests.fixtures.recoverylog import digest, logs_client
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +38,9 @@ children:
 
 
 @pytest.fixture
-async def client(broker_server: BrokerServer) -> JournalClient:
-    await broker_server.apply_yaml(SPECS)
-    async with JournalClient(broker_server.grpc_address,
-                             retry=RetryPolicy(attempts=20, initial_delay=0.02,
-                                               max_delay=0.2)) as c:
-        yield c  # type: ignore[misc]
+async def client(broker_server: BrokerServer) -> AsyncIterator[JournalClient]:
+    async with logs_client(broker_server, SPECS) as c:
+        yield c
 
 
 async def take(client: JournalClient, log: str, root: Path, author: int,
@@ -50,11 +48,6 @@ async def take(client: JournalClient, log: str, root: Path, author: int,
     """Play `log` into `root` and become its writer: the folder a primary's store gets."""
     recorder = await Player(client, log, root, hints).handoff(author)
     return RecordedFolder(root, recorder)
-
-
-def digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def rows(db: apsw.Connection) -> list[tuple[int, str]]:

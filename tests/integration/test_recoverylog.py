@@ -6,13 +6,13 @@ a corrupt or cut log and hints past the log's end fail naming the shard and offs
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from gazette.client import JournalClient, RetryPolicy
+from gazette.client import JournalClient
 from gazette.recoverylog import (
     Hints,
     Kind,
@@ -25,6 +25,7 @@ from gazette.recoverylog import (
 from gazette.recoverylog.ops import encode
 from gazette_broker import BrokerServer
 from tests.fixtures.polling import eventually
+from tests.fixtures.recoverylog import digest, logs_client
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +47,9 @@ children:
 
 
 @pytest.fixture
-async def client(broker_server: BrokerServer) -> JournalClient:
-    await broker_server.apply_yaml(SPECS)
-    async with JournalClient(broker_server.grpc_address,
-                             retry=RetryPolicy(attempts=20, initial_delay=0.02,
-                                               max_delay=0.2)) as c:
-        yield c  # type: ignore[misc]
+async def client(broker_server: BrokerServer) -> AsyncIterator[JournalClient]:
+    async with logs_client(broker_server, SPECS) as c:
+        yield c
 
 
 class Files(RecordedFolder):
@@ -87,11 +85,6 @@ async def replay(client: JournalClient, log: str, root: Path,
     await player.play()
     await player.finish()
     return player
-
-
-def digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 async def record_history(files: Files, rng: random.Random, rounds: int) -> None:
