@@ -307,7 +307,8 @@ class Allocator:
         """Whether a change may change what the leader writes: members, items'
         replication or stores, assignments coming or going, and acknowledgments of
         items whose removals wait for them. Acknowledgments of settled items and spec
-        edits of nothing else (labels, say) cost nothing."""
+        edits of nothing else (labels, say) cost nothing. Replica statuses matter as
+        acknowledgments do."""
         key = ev.kv.key
         layout = self.layout
         if key.startswith(layout.members):
@@ -326,6 +327,8 @@ class Allocator:
             if ev.deleted or ev.kv.version == 1:
                 return True  # an assignment came or went
             return key[len(layout.assignments):].rsplit("#", 3)[0] in self._waiting
+        if key.startswith(layout.statuses):  # a replica's readiness, for `is_consistent`
+            return key[len(layout.statuses):].rsplit("#", 2)[0] in self._waiting
         return False
 
     def _inputs_of(self, spec: Any) -> tuple[int, tuple[str, ...]]:

@@ -24,9 +24,10 @@ capacity its limit), reached in passes that keep it cheap and keep churn low:
    with room.
 
 Replica order: a kept primary (slot 0) stays primary, unless its member is primary for
-more than its share of items; otherwise the replica whose member is primary for the
-fewest items becomes it. Zone spread is a preference the flow may
-overflow: an item is put in one zone only when no other zone has room for it.
+more than its share of items; otherwise the kept replica (a standby) whose member is
+primary for the fewest items becomes it, and a fresh one only when none is kept. Zone
+spread is a preference the flow may overflow: an item is put in one zone only when no
+other zone has room for it.
 """
 
 from __future__ import annotations
@@ -374,7 +375,9 @@ def _result(st: _State, current: Mapping[str, Sequence[ProcessId]]) -> Solution:
         if not members:
             out[item] = ()
             continue
-        primary = min(members, key=lambda m: (primaries[m], members.index(m)))
+        # A replica it had (a standby, caught up) takes over before a fresh one.
+        candidates = kept or fresh
+        primary = min(candidates, key=lambda m: (primaries[m], candidates.index(m)))
         primaries[primary] += 1
         out[item] = (primary, *[m for m in members if m != primary])
     _balance_primaries(out, primaries, len(st.limit))

@@ -38,7 +38,7 @@ from gazette.cluster.membership import (
 )
 from gazette.cluster.ops import add_ops_routes
 from gazette.cluster.resolver import Resolution, Resolver
-from gazette.cluster.status import StatusWriter
+from gazette.cluster.status import StatusWriter, status_consistent
 
 __all__ = [
     "CLOSED_DELETED",
@@ -58,6 +58,7 @@ __all__ = [
     "Resolver",
     "StatusWriter",
     "add_ops_routes",
+    "status_consistent",
     "forward_stream",
     "forward_unary",
     "proxied",

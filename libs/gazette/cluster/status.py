@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import Counter
 
-from gazette.keyspace import Etcd, EtcdError, Layout, Txn
-from gazette.protocol import ProcessId, ReplicaStatus
+from gazette.allocator import Assignment, IsConsistent, route_consistent
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Txn
+from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +90,29 @@ class StatusWriter:
         async with asyncio.timeout(WRITE_SECONDS):
             await txn.commit(self.etcd)
         STATUS_WRITES.inc(len(batch))
+
+
+def status_consistent(keyspace: KeySpace[Any], layout: Layout) -> IsConsistent:
+    """The allocator's consistency check for items whose replicas report statuses
+    (shards): a replica is consistent when it acknowledged the item's route and is ready
+    (STANDBY, PRIMARY, or FAILED: a failed replica holds nothing back), or when the
+    item's primary failed (so the allocator may move it). An item therefore keeps a
+    leaving primary until its successor has caught up: a drain hands a shard to a ready
+    standby, and with no standby the allocator adds one first and waits for it."""
+
+    def state(a: Assignment) -> ReplicaState:
+        entry = keyspace.get(layout.status_key(a.item, a.member.zone, a.member.suffix))
+        if entry is None or not isinstance(entry.value, ReplicaStatus):
+            return ReplicaState.PENDING
+        return entry.value.state
+
+    def consistent(item: str, assignment: Assignment,
+                   assignments: Sequence[Assignment]) -> bool:
+        if not route_consistent(item, assignment, assignments):
+            return False
+        primary = next((a for a in assignments if a.slot == 0), None)
+        if primary is not None and state(primary) == ReplicaState.FAILED:
+            return True
+        return state(assignment) >= ReplicaState.STANDBY
+
+    return consistent

@@ -36,6 +36,7 @@ from gazette.cluster import (
     Resolver,
     StatusWriter,
     add_ops_routes,
+    status_consistent,
 )
 from gazette.consumer.app import Application
 from gazette.consumer.recovery import Recovery, Standby
@@ -125,6 +126,8 @@ class ConsumerMember:
             self.etcd, self.keyspace, self.layout, self.id, lease_ttl=config.lease_ttl,
             encode=encode_consumer,
             replication_of=lambda spec: 0 if spec.disable else 1 + int(spec.hot_standbys),
+            # A shard leaves a member only once its successor caught up (hand-off).
+            is_consistent=status_consistent(self.keyspace, self.layout),
             startup_timeout=config.etcd_startup_timeout)
         self.supervisor = Supervisor(transient=(EtcdError, OSError))
         self.resolver: Resolver[ShardSpec] = Resolver(self.keyspace, self.layout, self.id,

@@ -3,11 +3,12 @@
 `LocalShard` is the cluster layer's local object of a `ShardSpec` (`gazette.cluster.
 LocalItems` opens, updates and closes it). While this member is the shard's primary (and
 the spec is not disabled) it runs a `ShardRunner`, and announces the route it serves
-under (what the allocator's consistency check reads before it moves the shard away).
+under; its status (STANDBY once caught up, PRIMARY once restored) is what the
+allocator's consistency check reads before it moves the shard away.
 When the route names another primary, or the spec changes, the runner stops (a changed
 spec starts a new one). A runner that fails marks the shard FAILED with the error, and
-the member goes on serving its other shards; the shard runs again when its spec changes
-or it is assigned anew. Every change of `status` is reported (the member writes it into
+the member goes on serving its other shards; the shard runs again when its spec or its
+role (primary, standby) changes, or it is assigned anew. Every change of `status` is reported (the member writes it into
 etcd, where List, gazctl and the operator read it).
 """
 
@@ -63,7 +64,9 @@ class LocalShard:
         self._status = ReplicaStatus(PENDING)
         report(self.id, self._status)
         self._task: asyncio.Task[None] | None = None
-        self._failed_spec: ShardSpec | None = None
+        #: The spec and role (primary?) a run failed under: it is not tried again
+        #: until either changes (a failed standby that is promoted tries as primary).
+        self._failed_as: tuple[ShardSpec, bool] | None = None
         self._changed = asyncio.Event()
 
     @property
@@ -126,7 +129,7 @@ class LocalShard:
         if not task.cancelled() and (err := task.exception()) is not None:
             SHARD_FAILURES.inc()
             self.status = ReplicaStatus(FAILED, f"{what}{type(err).__name__}: {err}")
-            self._failed_spec = self.spec
+            self._failed_as = (self.spec, self.is_primary)
             log.error("shard %s failed: %s", self.id, self.status.error)
         return True
 
@@ -135,7 +138,7 @@ class LocalShard:
             self._task = None
         if self._failed(self._standby_task, "as a hot standby: "):
             self._standby_task = None
-        ok = not self.spec.disable and self._failed_spec != self.spec
+        ok = not self.spec.disable and self._failed_as != (self.spec, self.is_primary)
         wanted = self.is_primary and ok
         running = self.runner is not None and self.runner.spec
         if running and (not wanted or running != self.spec):
@@ -152,7 +155,7 @@ class LocalShard:
             runner.standby = await self._take_standby()
             self._task = asyncio.create_task(runner.run(), name=f"shard:{self.id}")
             self.status = ReplicaStatus(RECOVERING)
-            self._failed_spec = None
+            self._failed_as = None
             log.info("shard %s: running as primary%s", self.id,
                      " (from its hot standby)" if runner.standby is not None else "")
         elif standby and self.standby is None and self._new_standby is not None:
