@@ -98,8 +98,9 @@ async def members(etcd: Etcd, prefix: str, standbys: int) -> AsyncIterator[Membe
     keyspace: KeySpace[Any] = KeySpace(etcd, layout.root + "/", Decoder(layout, consumers=True))
     await keyspace.__aenter__()
     ms.keyspace = keyspace
-    allocator = ms.allocator = Allocator(etcd, keyspace, layout, A, replication_of=lambda spec: 1 + int(
-        spec.hot_standbys), is_consistent=status_consistent(keyspace, layout))
+    allocator = ms.allocator = Allocator(
+        etcd, keyspace, layout, A, replication_of=lambda spec: 1 + int(spec.hot_standbys),
+        is_consistent=status_consistent(keyspace, layout))
     task = asyncio.create_task(allocator.run())
     try:
         yield ms

@@ -58,9 +58,9 @@ __all__ = [
     "Resolver",
     "StatusWriter",
     "add_ops_routes",
-    "status_consistent",
     "forward_stream",
     "forward_unary",
     "proxied",
+    "status_consistent",
     "until_etcd",
 ]

@@ -8,8 +8,8 @@ allocator's consistency check reads before it moves the shard away.
 When the route names another primary, or the spec changes, the runner stops (a changed
 spec starts a new one). A runner that fails marks the shard FAILED with the error, and
 the member goes on serving its other shards; the shard runs again when its spec or its
-role (primary, standby) changes, or it is assigned anew. Every change of `status` is reported (the member writes it into
-etcd, where List, gazctl and the operator read it).
+role (primary, standby) changes, or it is assigned anew. Every change of `status` is
+reported (the member writes it into etcd, where List, gazctl and the operator read it).
 """
 
 from __future__ import annotations
