@@ -308,6 +308,20 @@ async def test_a_lost_commit_answer_is_uncertain_without_an_offset(
     assert err.value.journal == "test/a" and "test/a" in str(err.value)
 
 
+async def test_a_lost_answer_to_an_empty_append_is_sent_again(
+        client: JournalClient, relayed: JournalClient, relay: Relay) -> None:
+    # An empty append (how a recovery log's registers are read) writes no content: its
+    # lost answer leaves nothing in doubt, so it is sent again rather than uncertain.
+    await client.append("test/a", b"0123456789")
+    relay.arm()
+    relay.hold_down = True
+    append = asyncio.create_task(relayed.append("test/a", b""))
+    await asyncio.wait_for(relay.end_of_stream.wait(), 10)  # sent; its answer held
+    relay.cut()
+    result = await asyncio.wait_for(append, 10)
+    assert (result.commit.begin, result.commit.end) == (10, 10)
+
+
 async def test_a_lost_commit_answer_with_an_offset_is_resolved(
         broker: BrokerServer, client: JournalClient, relayed: JournalClient,
         relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:

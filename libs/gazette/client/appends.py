@@ -110,7 +110,10 @@ class Appends(Reads):
                     self._primaries.pop(journal, None)
                 # Only a transport failure leaves a sent commit in doubt: other codes are
                 # the broker's own refusals, made before anything was written.
-                uncertain = uncertain or (failed.committing and failed.err.code() in RETRYABLE)
+                # An empty append writes no content (its register changes, if any, are
+                # idempotent): it is sent again, never in doubt.
+                uncertain = size > 0 and (
+                    uncertain or (failed.committing and failed.err.code() in RETRYABLE))
                 if uncertain and not expect:
                     raise AppendUncertain(
                         journal, f"the answer to its commit was lost "

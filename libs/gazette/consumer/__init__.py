@@ -8,13 +8,17 @@ shard's recovery log, imported on first use).
 Its own gRPC methods and HTTP routes go on its members through `AppServices`.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gazette.consumer.app import Application, Progress, Shard
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.runner import ShardRunner, SourceError
 from gazette.consumer.services import AppServices, NoShardPrimary
 from gazette.consumer.store import JSONFileStore, MemoryStore, Store
+
+if TYPE_CHECKING:  # typed for checkers; loaded on first use (below)
+    from gazette.consumer.sql import SQLStore, StoreFenced
+    from gazette.consumer.sqlite import SQLiteStore
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,9 @@ allocator's consistency check reads before it moves the shard away.
 When the route names another primary, or the spec changes, the runner stops (a changed
 spec starts a new one). A runner that fails marks the shard FAILED with the error, and
 the member goes on serving its other shards; the shard runs again when its spec or its
-role (primary, standby) changes, or it is assigned anew. Every change of `status` is
+role (primary, standby) changes, or it is assigned anew. A transient failure (brokers or
+etcd out of reach) is not final: the shard shows RECOVERING with the error and runs
+again after a backoff. Every change of `status` is
 reported (the member writes it into etcd, where List, gazctl and the operator read it).
 """
 
@@ -21,9 +23,11 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from gazette.client import AppendUncertain, Unavailable
 from gazette.cluster import Resolution
 from gazette.consumer.recovery import Standby
 from gazette.consumer.runner import ShardRunner
+from gazette.keyspace import EtcdError
 from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus, ShardSpec
 from gazette.recoverylog import Player
 from gazette.recoverylog import Progress as PlayProgress
@@ -33,6 +37,15 @@ log = logging.getLogger(__name__)
 
 SHARD_FAILURES = Counter("gazette_consumer_shard_failures_total",
                          "Shard runs that failed (the shard is marked FAILED)")
+SHARD_RESTARTS = Counter("gazette_consumer_shard_restarts_total",
+                         "Shard runs ended by a transient fault (brokers or etcd out of "
+                         "reach) and run again after a backoff")
+
+#: Failures a shard runs again from, after `RESTART_FIRST_SECONDS`, doubling up to
+#: `RESTART_MAX_SECONDS` while they repeat.
+TRANSIENT = (Unavailable, AppendUncertain, EtcdError)
+RESTART_FIRST_SECONDS = 0.5
+RESTART_MAX_SECONDS = 30.0
 
 #: How long a stopping runner may take (its store's rollback and close) before the
 #: shard lets go of it, logging where it is stuck: a member's shutdown never hangs.
@@ -67,6 +80,8 @@ class LocalShard:
         #: The spec and role (primary?) a run failed under: it is not tried again
         #: until either changes (a failed standby that is promoted tries as primary).
         self._failed_as: tuple[ShardSpec, bool] | None = None
+        self._restarts = 0  # transient failures since the last run that restored
+        self._hold_until = 0.0  # (loop time) no run before, after a transient failure
         self._changed = asyncio.Event()
 
     @property
@@ -123,10 +138,24 @@ class LocalShard:
             await self._drop_standby()
 
     def _failed(self, task: asyncio.Task[None] | None, what: str) -> bool:
-        """Whether `task` is done (it is then forgotten); a failure marks the shard."""
+        """Whether `task` is done (it is then forgotten); a failure marks the shard,
+        unless it is transient (brokers or etcd out of reach): the shard then runs again
+        after a backoff."""
         if task is None or not task.done():
             return False
         if not task.cancelled() and (err := task.exception()) is not None:
+            if isinstance(err, TRANSIENT):
+                self._restarts += 1
+                delay = min(RESTART_FIRST_SECONDS * 2 ** (self._restarts - 1),
+                            RESTART_MAX_SECONDS)
+                SHARD_RESTARTS.inc()
+                self.status = ReplicaStatus(RECOVERING, f"{what}{type(err).__name__}: {err} "
+                                            f"(running again in {delay:.1f}s)")
+                log.warning("shard %s: %s", self.id, self.status.error)
+                loop = asyncio.get_running_loop()
+                self._hold_until = loop.time() + delay
+                loop.call_later(delay, self._changed.set)
+                return True
             SHARD_FAILURES.inc()
             self.status = ReplicaStatus(FAILED, f"{what}{type(err).__name__}: {err}")
             self._failed_as = (self.spec, self.is_primary)
@@ -138,7 +167,8 @@ class LocalShard:
             self._task = None
         if self._failed(self._standby_task, "as a hot standby: "):
             self._standby_task = None
-        ok = not self.spec.disable and self._failed_as != (self.spec, self.is_primary)
+        ok = not self.spec.disable and self._failed_as != (self.spec, self.is_primary) \
+            and asyncio.get_running_loop().time() >= self._hold_until
         wanted = self.is_primary and ok
         running = self.runner is not None and self.runner.spec
         if running and (not wanted or running != self.spec):
@@ -212,6 +242,7 @@ class LocalShard:
 
     def _restored(self, runner: ShardRunner) -> None:
         if runner is self.runner:
+            self._restarts = 0
             self.status = ReplicaStatus(PRIMARY)
 
     async def _stop_runner(self) -> None:

@@ -112,6 +112,11 @@ def clock_of(u: int) -> int:
     return (timestamp << 4) | ((u >> 58) & 0xF)
 
 
+def unix_time_of(u: int) -> float:
+    """The Unix time (seconds) `u` was made at, as its producer's clock had it."""
+    return ((clock_of(u) >> 4) - GREGORIAN_OFFSET) / 10_000_000
+
+
 def flags_of(u: int) -> Flags:
     return Flags((u >> 48) & FLAGS_MASK)
 

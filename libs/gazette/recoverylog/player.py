@@ -21,13 +21,16 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from gazette.client import BrokerError, JournalClient
+from gazette.client import AppendUncertain, BrokerError, JournalClient
 from gazette.errors import GazetteError
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
 from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, record
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
 
 log = logging.getLogger(__name__)
+
+#: Hand-off appends whose outcome was lost, at most, before `handoff` gives up.
+HANDOFF_ATTEMPTS = 8
 
 PLAYED_BYTES = Counter("gazette_recoverylog_played_bytes_total",
                        "Bytes of recovery logs read by players")
@@ -189,14 +192,16 @@ class Player:
         """Make this process the log's writer: play to the head, append a no-op there
         that puts `author` in the log's registers (removing any other author), and
         return the recorder that goes on from it. A writer that appends meanwhile only
-        makes this play further and try again."""
+        makes this play further and try again, as does an append whose outcome was lost
+        (if it landed, it is played: the next no-op follows it)."""
+        uncertain = 0
         while True:
             head = await self.play()
-            registers = (await self.client.append(self.log, b"")).registers
-            authors = registers - registers.without(AUTHOR_LABEL)  # of earlier writers
             frame, op = record(Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
                                author, head)
             try:
+                registers = (await self.client.append(self.log, b"")).registers
+                authors = registers - registers.without(AUTHOR_LABEL)  # earlier writers'
                 result = await self.client.append(
                     self.log, frame, offset=head, union_registers=fence(author),
                     subtract_registers=authors - fence(author))
@@ -204,6 +209,16 @@ class Player:
                 if err.status == "WRONG_APPEND_OFFSET":
                     continue  # someone appended after our read: play that too
                 raise
+            except AppendUncertain as err:
+                # (An empty append, or one at offset 0, where the broker checks no offset:
+                # the client cannot resolve those.)
+                uncertain += 1
+                if uncertain >= HANDOFF_ATTEMPTS:
+                    raise
+                log.warning("%s: handing off recovery log %s: %s; playing it again",
+                            self.name, self.log, err)
+                await asyncio.sleep(min(0.1 * 2 ** uncertain, 2.0))  # backoff
+                continue
             self.fsm.apply(op)  # it landed at `head`: the append said so
             self.offset = result.commit.end
             await asyncio.to_thread(self._close_files)

@@ -14,12 +14,13 @@ NDJSON = "application/x-ndjson"
 
 
 async def ensure_journals(client: JournalClient, prefix: str, journals: Sequence[str], *,
-                          replication: int = 1, fragment_store: str = "file:///") -> None:
-    """Make the ndjson `journals` under `prefix` that do not exist yet."""
+                          replication: int = 1, fragment_store: str = "file:///",
+                          content_type: str = NDJSON) -> None:
+    """Make the `journals` (ndjson, unless said) under `prefix` that do not exist yet."""
     children = "".join(f"  - name: {j}\n" for j in journals)
     changes = journal_changes_from_yaml(
         f"name: {prefix}\nreplication: {replication}\nlabels: [{{name: content-type, "
-        f"value: {NDJSON}}}]\nfragment: {{stores: [{json.dumps(fragment_store)}]}}\n"
+        f"value: {content_type}}}]\nfragment: {{stores: [{json.dumps(fragment_store)}]}}\n"
         f"children:\n{children}")
     existing = {j.spec.name for j in (await client.list(f"prefix={prefix}")).journals}
     if missing := [c for c in changes if c.name not in existing]:

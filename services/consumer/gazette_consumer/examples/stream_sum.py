@@ -8,8 +8,10 @@ publish ``{stream_id, sum, chunks}`` to ``examples/stream-sum/sums``. A chunk wh
 ``seq`` is not the last one plus 1 fails the shard (`SequenceError`): the framework
 promises each committed message once, in order, so a gap or a repeat is a bug.
 
-The store: `SQLStore` on ``$STREAM_SUM_DSN`` if set, else a `JSONFileStore` per shard in
-``$STREAM_SUM_DIR`` if set, else a `MemoryStore` per shard (kept by the application).
+The store: a `SQLiteStore` in the shard's folder when the shard has a recovery log
+(``setup(..., recovery_logs=True)``), else `SQLStore` on ``$STREAM_SUM_DSN`` if set, else a
+`JSONFileStore` per shard in ``$STREAM_SUM_DIR`` if set, else a `MemoryStore` per shard
+(kept by the application).
 
 The driver (`Driver`, or ``python -m gazette_consumer.examples.stream_sum run``) publishes
 streams interleaved: some chunks committed at once (some appended twice), some in
@@ -29,7 +31,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from typing import Any
 import uvloop
 
 from gazette.client import AppendQueue, JournalClient
-from gazette.consumer import Application, Checkpoint, JSONFileStore, MemoryStore, Shard, Store
+from gazette.consumer import Application, JSONFileStore, MemoryStore, Shard, Store
 from gazette.errors import GazetteError
 from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout
 from gazette.labels import Selector
@@ -54,22 +56,17 @@ from gazette.message import (
     modulo_mapping,
     read_uncommitted,
 )
+from gazette.message.uuid import unix_time_of
 from gazette.protocol import JournalSpec, ShardSource, ShardSpec
 from gazette_consumer.examples.setup import ensure_journals, ensure_shards
+from gazette_consumer.examples.stream_sum_stores import SqliteSums, SqlSums
 
 NDJSON = "application/x-ndjson"
 PREFIX = "examples/stream-sum"
 CHUNKS = f"{PREFIX}/chunks/"
 SUMS = f"{PREFIX}/sums"
+LOGS = f"{PREFIX}/logs/"
 APP = "stream-sum"
-#: Advisory lock of the table's creation (concurrent CREATE ... IF NOT EXISTS collide).
-_LOCK = 0x5354524D53554D
-_TABLE = ("CREATE TABLE IF NOT EXISTS stream_sums (shard TEXT NOT NULL, stream_id TEXT "
-          "NOT NULL, seq BIGINT NOT NULL, sum BIGINT NOT NULL, chunks BIGINT NOT NULL, "
-          "done BOOLEAN NOT NULL, PRIMARY KEY (shard, stream_id))")
-_UPSERT = ("INSERT INTO stream_sums VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (shard, "
-           "stream_id) DO UPDATE SET seq = EXCLUDED.seq, sum = EXCLUDED.sum, "
-           "chunks = EXCLUDED.chunks, done = EXCLUDED.done")
 
 
 @dataclass(slots=True)
@@ -94,48 +91,6 @@ class SequenceError(GazetteError):
     """A chunk out of sequence reached the application: exactly-once was broken."""
 
 
-class SqlSums:
-    """A shard's sums in the table ``stream_sums`` through an `SQLStore`. Rows are read
-    once, at restore, and kept with this run's changes: transactions are pipelined, so a
-    row read from the database could miss the commit still under way (and a failed
-    commit ends the run, and this store with it)."""
-
-    def __init__(self, dsn: str, shard: str) -> None:
-        from gazette.consumer.sql import SQLStore  # psycopg: only when it is used
-
-        self.sql, self.shard = SQLStore(dsn, f"{APP}/{shard}"), shard
-        self.state: dict[str, dict[str, Any]] = {}
-        self.dirty: set[str] = set()
-
-    async def restore_checkpoint(self) -> Checkpoint:
-        checkpoint = await self.sql.restore_checkpoint()
-        conn = self.sql.connection
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-            await conn.execute(_TABLE)
-            cur = await conn.execute("SELECT stream_id, seq, sum, chunks, done FROM "
-                                     "stream_sums WHERE shard = %s", (self.shard,))
-            self.state = {r[0]: {"seq": r[1], "sum": r[2], "chunks": r[3], "done": r[4]}
-                          for r in await cur.fetchall()}
-        self.dirty.clear()
-        return checkpoint
-
-    async def write(self) -> None:
-        """Write the rows this transaction changed (one pipelined batch)."""
-        rows = [(self.shard, s, *self.state[s].values()) for s in sorted(self.dirty)]
-        self.dirty.clear()
-        if rows:
-            async with self.sql.connection.cursor() as cur:
-                await cur.executemany(_UPSERT, rows)
-
-    def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
-                     ) -> asyncio.Future[None]:
-        return self.sql.start_commit(checkpoint, wait_for)
-
-    async def close(self) -> None:
-        await self.sql.close()
-
-
 class StreamSum(Application):
     """Sums streams of chunks; publishes each stream's `Sum` to `output` at its end."""
 
@@ -148,8 +103,10 @@ class StreamSum(Application):
         self._memory: dict[str, MemoryStore] = {}  # a restarted shard finds its commits
 
     def new_store(self, shard: Shard) -> Store:
+        if shard.folder is not None:
+            return SqliteSums(shard)
         if self.dsn:
-            return SqlSums(self.dsn, shard.id)
+            return SqlSums(self.dsn, APP, shard.id)
         if self.directory is not None:
             return JSONFileStore(self.directory / f"{shard.id.replace('/', '_')}.json")
         return self._memory.setdefault(shard.id, MemoryStore())
@@ -172,7 +129,7 @@ class StreamSum(Application):
         row = {"seq": chunk.seq, "sum": last["sum"] + sum(chunk.data),
                "chunks": last["chunks"] + (not done), "done": done}
         store.state[chunk.stream_id] = row
-        if isinstance(store, SqlSums):
+        if isinstance(store, (SqlSums, SqliteSums)):
             store.dirty.add(chunk.stream_id)
         if done:
             publisher.publish_uncommitted(lambda _: self.output, Sum(
@@ -181,6 +138,8 @@ class StreamSum(Application):
     async def finalize_txn(self, shard: Shard, store: Any, publisher: Publisher) -> None:
         if isinstance(store, SqlSums):
             await store.write()
+        elif isinstance(store, SqliteSums):
+            store.write()
 
 
 def shard_id(part: int) -> str:
@@ -189,13 +148,24 @@ def shard_id(part: int) -> str:
 
 async def setup(client: JournalClient, etcd: Etcd, *, partitions: int = 4,
                 replication: int = 1, fragment_store: str = "file:///",
-                app_name: str = APP, etcd_root: str = CONSUMER_ROOT) -> None:
-    """Make the journals and one shard per chunk journal, where missing."""
+                app_name: str = APP, etcd_root: str = CONSUMER_ROOT,
+                recovery_logs: bool = False, hot_standbys: int = 0) -> None:
+    """Make the journals and one shard per chunk journal, where missing. With
+    `recovery_logs`, each shard keeps its sums in SQLite on a recovery log
+    (``examples/stream-sum/logs/<shard>``, hints under ``<etcd_root>/hints``)."""
     journals = [f"{CHUNKS}part-{i:03d}" for i in range(partitions)]
-    await ensure_journals(client, f"{PREFIX}/", [*journals, SUMS], replication=replication,
-                          fragment_store=fragment_store)
+    await ensure_journals(client, f"{PREFIX}/", [*journals, SUMS],
+                          replication=replication, fragment_store=fragment_store)
+    extra: dict[str, Any] = {}
+    if recovery_logs:
+        await ensure_journals(client, LOGS, [f"{LOGS}{shard_id(i)}" for i in
+                                             range(partitions)], replication=replication,
+                              fragment_store=fragment_store,
+                              content_type="application/octet-stream")
+        extra = {"recovery_log_prefix": LOGS.rstrip("/"), "hint_prefix": f"{etcd_root}/hints"}
     await ensure_shards(etcd, Layout.consumer_app(app_name, etcd_root), [
-        ShardSpec(shard_id(i), (ShardSource(journal),)) for i, journal in enumerate(journals)])
+        ShardSpec(shard_id(i), (ShardSource(journal),), hot_standbys=hot_standbys, **extra)
+        for i, journal in enumerate(journals)])
 
 
 class _Appender:
@@ -251,6 +221,9 @@ class Summary:
     duplicated: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The longest a stream waited, from its last chunk committed to its sum published
+    #: (the sum's UUID time): the longest processing pause, plus the usual latency.
+    longest_wait: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -263,6 +236,7 @@ class Summary:
         out = {"ok": self.ok, **{k: v[:10] if isinstance(v, list) else v for k, v in fields},
                **{f"{k}_count": len(v) for k, v in fields if isinstance(v, list)}}
         out["seconds"] = round(self.seconds, 2)
+        out["longest_wait"] = round(self.longest_wait, 3)
         return json.dumps(out, separators=(",", ":"))
 
 
@@ -280,6 +254,10 @@ class Driver:
         self.publisher = Publisher(self.appender)
         self.expected: dict[str, tuple[int, int]] = {}  # stream -> (sum, chunks)
         self.results: dict[str, list[tuple[int, int]]] = {}
+        #: Stream -> when its last chunk was committed (Unix time, once its round's
+        #: appends were acknowledged), and how long its sum took after that.
+        self.finished_at: dict[str, float] = {}
+        self.waits: dict[str, float] = {}
         self.summary = Summary()
         self._started = time.monotonic()
         self._offset = 0
@@ -321,8 +299,12 @@ class Driver:
                 self._transaction(picked)
             else:
                 self._rolled_back(picked)
-            active = [s for s in active if not s.finished]
             await self.appender.flush(self.give_up)
+            now = time.time()
+            for s in active:
+                if s.finished:
+                    self.finished_at.setdefault(s.id, now)
+            active = [s for s in active if not s.finished]
             if pace:
                 await asyncio.sleep(pace)  # pacing, not synchronization
 
@@ -392,6 +374,9 @@ class Driver:
                     if msg.stream_id in self.expected:
                         self.results.setdefault(msg.stream_id, []).append(
                             (msg.sum, msg.chunks))
+                        if (at := self.finished_at.get(msg.stream_id)) is not None:
+                            self.waits.setdefault(msg.stream_id,
+                                                  max(0.0, unix_time_of(env.uuid) - at))
                 self._offset = batch[-1].end
                 if block and self.results.keys() >= self.expected.keys():
                     return
@@ -412,6 +397,7 @@ class Driver:
             else:
                 out.exact += 1
         out.seconds = time.monotonic() - self._started
+        out.longest_wait = max(self.waits.values(), default=0.0)
         return out
 
     async def check(self) -> Summary:

@@ -1,0 +1,159 @@
+"""Faults against stream-sum shards whose sums are in SQLite on recovery logs, with a hot
+standby each (`hot_standbys: 1`), on three ``gazette-consumer serve`` members: a
+primary's member SIGKILLed, every member restarted in turn with SIGTERM (each drain hands
+its shards to their caught-up standbys), the broker primary of a recovery log
+SIGKILLed, etcd restarted. Afterwards every stream's sum is exact, in the output and in
+the databases played back from the logs alone. The test prints the longest any finished
+stream waited for its sum, and, during the rolling restart, the longest wait of probes
+sent every 20 ms: the longest processing pause a hand-off caused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import apsw
+import pytest
+
+from gazette.allocator import assignments_of
+from gazette.client import JournalClient, RetryPolicy
+from gazette.protocol import ReplicaState, ReplicaStatus
+from gazette.recoverylog import Player
+from gazette_broker.reads import GAP_WAIT_SECONDS
+from gazette_consumer.examples.stream_sum import LOGS, Driver
+from tests.fault.sums import (
+    LEASE_TTL,
+    SHARDS,
+    Cluster,
+    Load,
+    busiest,
+    others_run_all,
+    restart,
+    running_cluster,
+)
+from tests.fixtures.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+
+def state_of(cluster: Cluster, shard: str, zone: str, suffix: str) -> ReplicaState | None:
+    assert cluster.keyspace is not None
+    entry = cluster.keyspace.get(cluster.consumers.status_key(shard, zone, suffix))
+    return entry.value.state if entry is not None and isinstance(
+        entry.value, ReplicaStatus) else None
+
+
+def standbys_ready(cluster: Cluster) -> bool:
+    """Every shard has a PRIMARY and a caught-up STANDBY."""
+    assert cluster.keyspace is not None
+    for shard in SHARDS:
+        states = {a.slot == 0: state_of(cluster, shard, a.member.zone, a.member.suffix)
+                  for a in assignments_of(cluster.keyspace, cluster.consumers, shard)}
+        if states != {True: ReplicaState.PRIMARY, False: ReplicaState.STANDBY}:
+            return False
+    return True
+
+
+async def played_sums(client: JournalClient, root: Path) -> dict[str, tuple[int, int]]:
+    """The finished streams' (sum, chunks) in every shard's database, played from its
+    recovery log's start."""
+    out: dict[str, tuple[int, int]] = {}
+    for shard in SHARDS:
+        folder = root / shard.replace("/", "_")
+        player = Player(client, f"{LOGS}{shard}", folder, name=shard)
+        await player.play()
+        await player.finish()
+        db = apsw.Connection(str(folder / "store.db"))
+        try:
+            assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            out.update({s: (total, n) for s, total, n in db.execute(
+                "SELECT stream_id, sum, chunks FROM sums WHERE done")})
+        finally:
+            db.close()
+    return out
+
+
+async def probe(driver: Driver, probes: list[str]) -> None:
+    """Until cancelled: a stream of no data chunks (its last chunk only) every 20 ms;
+    each one's wait for its sum is how long processing paused when it came."""
+    while True:
+        before = set(driver.expected)
+        await driver.publish(1, 0)
+        probes.extend(set(driver.expected) - before)
+        await asyncio.sleep(0.02)  # pacing, not synchronization
+
+
+async def ready(cluster: Cluster) -> None:
+    await eventually(lambda: standbys_ready(cluster), "every shard has a primary and a "
+                     "ready standby", 60)
+
+
+@pytest.mark.timeout(300)
+async def test_sqlite_sums_exact_with_hot_standbys_through_faults(tmp_path: Path) -> None:
+    started = time.monotonic()
+    env = dict(os.environ)
+    async with running_cluster(tmp_path, recovery_logs=True, hot_standbys=1) as cluster:
+        members = [cluster.member(name, env, zone) for name, zone in
+                   (("m0", "zone-a"), ("m1", "zone-a"), ("m2", "zone-b"))]
+        await ready(cluster)
+        retry = RetryPolicy(attempts=100, initial_delay=0.05, max_delay=0.5)
+        async with JournalClient(cluster.target, retry=retry) as client, \
+                Driver(client, seed=11) as driver, Load(driver, cluster) as load:
+            await load.progress()
+
+            victim = busiest(cluster, members)
+            lease = cluster.lease_of(victim)
+            await asyncio.to_thread(victim.process.kill)
+            cluster.faults.append(f"SIGKILL {victim.name}")
+            await others_run_all(cluster, victim)
+            await load.progress()
+            await restart(cluster, victim, lease)
+            await ready(cluster)
+            await load.progress()
+
+            # A rolling restart: each member drains (its primaries go to their ready
+            # standbys), exits 0, comes back, and catches up before the next goes.
+            # Probes (one-chunk streams, every 20 ms) time how long processing pauses.
+            probes: list[str] = []
+            probing = asyncio.create_task(probe(driver, probes))
+            for member in members:
+                lease = cluster.lease_of(member)
+                await asyncio.to_thread(member.process.stop, 40.0)
+                cluster.faults.append(f"SIGTERM {member.name}")
+                assert member.process.popen is not None
+                assert member.process.popen.returncode == 0, "a drained member exits 0"
+                await load.progress()
+                await restart(cluster, member, lease)
+                await ready(cluster)
+                await load.progress()
+            probing.cancel()
+            await asyncio.gather(probing, return_exceptions=True)
+
+            log = f"{LOGS}{SHARDS[0]}"
+            broker = cluster.broker_primary(log)
+            assert broker is not None, f"{log} has a primary"
+            await asyncio.to_thread(broker.kill)
+            cluster.faults.append(f"SIGKILL {broker.name} (primary of {log})")
+            await eventually(lambda: cluster.broker_primary(log) not in (broker, None),
+                             "another broker is the log's primary", 4 * LEASE_TTL)
+            broker.start()
+            await eventually(lambda: cluster.journal_ok(log), f"{broker.name} is back", 40)
+            await load.progress()
+
+            await asyncio.to_thread(cluster.etcd.restart)
+            cluster.faults.append("etcd restart")
+            await load.progress()
+
+            await load.finish()
+            summary = await driver.verify(GAP_WAIT_SECONDS + 30)
+            assert summary.ok, f"{summary.line()}\n{cluster.diagnosis()}"
+            with tempfile.TemporaryDirectory(dir=tmp_path) as played:
+                assert await played_sums(client, Path(played)) == driver.expected
+            pauses = sorted(driver.waits[p] for p in probes)
+    print(f"\nrecovery-log faults (SQLite, hot_standbys 1): {summary.line()}; faults: "
+          f"{cluster.faults}; longest wait for a sum {summary.longest_wait:.2f}s; during "
+          f"the rolling restart, {len(pauses)} probes waited at most {pauses[-1]:.3f}s "
+          f"(median {pauses[len(pauses) // 2]:.3f}s); {time.monotonic() - started:.0f}s")
