@@ -81,7 +81,8 @@ class LocalShard:
         #: until either changes (a failed standby that is promoted tries as primary).
         self._failed_as: tuple[ShardSpec, bool] | None = None
         self._restarts = 0  # transient failures since the last run that restored
-        self._hold_until = 0.0  # (loop time) no run before, after a transient failure
+        #: Set after a transient failure: no run until it fires (`_release`).
+        self._held: asyncio.TimerHandle | None = None
         self._changed = asyncio.Event()
 
     @property
@@ -134,6 +135,8 @@ class LocalShard:
                 finally:
                     waits[0].cancel()
         finally:
+            if self._held is not None:
+                self._held.cancel()
             await self._stop_runner()
             await self._drop_standby()
 
@@ -152,9 +155,9 @@ class LocalShard:
                 self.status = ReplicaStatus(RECOVERING, f"{what}{type(err).__name__}: {err} "
                                             f"(running again in {delay:.1f}s)")
                 log.warning("shard %s: %s", self.id, self.status.error)
-                loop = asyncio.get_running_loop()
-                self._hold_until = loop.time() + delay
-                loop.call_later(delay, self._changed.set)
+                if self._held is not None:
+                    self._held.cancel()
+                self._held = asyncio.get_running_loop().call_later(delay, self._release)
                 return True
             SHARD_FAILURES.inc()
             self.status = ReplicaStatus(FAILED, f"{what}{type(err).__name__}: {err}")
@@ -168,7 +171,7 @@ class LocalShard:
         if self._failed(self._standby_task, "as a hot standby: "):
             self._standby_task = None
         ok = not self.spec.disable and self._failed_as != (self.spec, self.is_primary) \
-            and asyncio.get_running_loop().time() >= self._hold_until
+            and self._held is None
         wanted = self.is_primary and ok
         running = self.runner is not None and self.runner.spec
         if running and (not wanted or running != self.spec):
@@ -198,6 +201,10 @@ class LocalShard:
             log.info("shard %s: a hot standby here", self.id)
         elif not wanted and self.standby is None and self.status.state != FAILED:
             self.status = ReplicaStatus(STANDBY if self.route is not None else PENDING)
+
+    def _release(self) -> None:
+        self._held = None
+        self._changed.set()
 
     def _progress(self, progress: PlayProgress) -> None:
         """Playback progress into the status (at most twice a second)."""
@@ -251,6 +258,8 @@ class LocalShard:
             await cancel_and_wait(task, RUNNER_STOP_SECONDS)
 
     async def close(self, reason: str) -> None:
+        if self._held is not None:
+            self._held.cancel()
         await self._stop_runner()
         await self._drop_standby()
         self._report(self.id, None)
