@@ -19,9 +19,9 @@ import pytest
 
 from gazette.client import AppendQueue, JournalClient, ShardClient
 from gazette.consumer import Application, Shard, ShardRunner
-from gazette.consumer.member import ConsumerMember
+from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.consumer.recovery import Recovery, load_hints
-from gazette.consumer.shard import PRIMARY, RECOVERING, STANDBY
+from gazette.consumer.shard import FAILED, PRIMARY, RECOVERING, STANDBY
 from gazette.consumer.sqlite import SQLiteStore
 from gazette.keyspace import Etcd, Layout, apply_changes
 from gazette.message import Envelope, Publisher
@@ -40,6 +40,7 @@ from tests.fixtures.consumer import (
 )
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.polling import eventually
+from tests.fixtures.relay import Relay
 
 pytestmark = pytest.mark.integration
 
@@ -277,3 +278,79 @@ async def test_a_hot_standby_tails_and_takes_over_from_a_draining_primary(
         for member in members:
             await member.stop()
 
+
+
+async def test_a_zombie_primary_cut_off_from_etcd_cannot_commit_after_its_successor(
+        etcd_server: EtcdServer, consumer_root: str, broker: BrokerServer,
+        tmp_path: Path) -> None:
+    # The zombie's etcd connection goes through a relay that is cut; it is never told
+    # its lease ended (nothing here awaits its `wait()`), and its keyspace stays as it
+    # was: it goes on reading and processing as primary, as a stalled process would.
+    await broker.apply_yaml(LOGS)
+    members: list[ConsumerMember] = []
+    async with Relay(etcd_server.endpoint.removeprefix("http://")) as relay:
+        try:
+            zombie = ConsumerMember(MemberConfig(
+                "counter", zone="zone-a", suffix="zombie", host="127.0.0.1",
+                bind="127.0.0.1", port=0, http_port=-1, broker_address=broker.grpc_address,
+                etcd_address=f"http://{relay.address}", etcd_root=consumer_root,
+                lease_ttl=2, drain_timeout=1, grace=0.5), SQLiteCounts())
+            members.append(zombie)
+            await zombie.start()
+            await apply_changes(zombie.etcd, Layout.consumer_app("counter", consumer_root), [
+                SpecChange("shard-0", 0, ShardSpec(
+                    "shard-0", (ShardSource("counts/in-0"),), recovery_log_prefix="logs",
+                    hint_prefix=f"{consumer_root}/hints", hot_standbys=1))])
+            await eventually(lambda: zombie.status("shard-0") == ReplicaStatus(PRIMARY),
+                             "the zombie-to-be is primary", timeout=30)
+            [successor] = await members_of(etcd_server, consumer_root, broker,
+                                           LogSums(), ["successor"])
+            members.append(successor)
+            await eventually(lambda: successor.status("shard-0") == ReplicaStatus(STANDBY),
+                             "a ready standby", timeout=30)
+            async with JournalClient(broker.grpc_address) as client:
+                sent = await publish(client, 200) // 4  # a quarter goes to counts/in-0
+                runner = zombie.shards.items["shard-0"].runner
+                assert runner is not None
+                await eventually(lambda: runner.shard.progress.transactions > 0 and
+                                 runner.shard.progress.messages >= sent,
+                                 "the primary committed the input", timeout=30)
+
+                relay.refuse = True
+                relay.cut()
+                await eventually(lambda: successor.status("shard-0") ==
+                                 ReplicaStatus(PRIMARY), "the successor took over once "
+                                 "the zombie's lease expired", timeout=30)
+                assert zombie.status("shard-0") == ReplicaStatus(PRIMARY), \
+                    "the zombie still thinks it is primary"
+
+                # New input: the zombie reads it and commits, and its log append is
+                # refused (a recorder with nothing new appends nothing: the refusal says
+                # the zombie processed); the successor counts it.
+                sent += await publish(client, 200) // 4
+                zombie_status = lambda: zombie.status("shard-0")  # noqa: E731
+                await eventually(lambda: zombie_status() is not None and
+                                 zombie_status().state == FAILED,  # type: ignore[union-attr]
+                                 "the zombie's commit failed", timeout=30)
+                assert "fenced out" in zombie_status().error  # type: ignore[union-attr]
+                local = successor.shards.items["shard-0"]
+                await eventually(lambda: local.runner is not None and local.runner.store
+                                 is not None and local.runner.store.db.execute(  # type: ignore
+                                     "SELECT n FROM n").fetchall() == [(sent,)],
+                                 "the successor counted everything once", timeout=30)
+                # The log holds nothing of the zombie's: played afresh, the same count.
+                assert local.runner is not None
+                await asyncio.wait_for(local.runner.shard.progress.wait_committed(
+                    {"counts/in-0": await client.write_head("counts/in-0")}), 30)
+                player = Player(client, "logs/shard-0", tmp_path / "played")
+                await player.play()
+                await player.finish()
+                db = apsw.Connection(str(tmp_path / "played" / "store.db"))
+                try:
+                    assert db.execute("SELECT n FROM n").fetchall() == [(sent,)]
+                finally:
+                    db.close()
+        finally:
+            relay.refuse = False
+            for member in members:
+                await member.stop()

@@ -349,8 +349,7 @@ class ShardRunner:
         min_txn = self.spec.min_txn_duration.total_seconds()
         previous: asyncio.Future[None] | None = None
         while True:
-            batch = self._carry or await queue.get()
-            self._carry = None
+            batch = await self._first(queue, previous)
             envelopes = await self._sequence(batch, sequencer, replay, offsets)
             if not envelopes:
                 continue  # nothing committed yet: no transaction (the offsets go with the next)
@@ -384,6 +383,27 @@ class ShardRunner:
             await _maybe(app.finished_txn(shard, store, commit))
             previous = self._committing = asyncio.ensure_future(
                 self._committed(commit, intents, dict(offsets), count, closed))
+
+    async def _first(self, queue: asyncio.Queue[Batch], previous: asyncio.Future[None] | None
+                     ) -> Batch:
+        """The next transaction's first batch. Meanwhile a failure of the commit under
+        way is raised: a shard left idle after a failed commit must not look healthy."""
+        if self._carry is not None:
+            batch, self._carry = self._carry, None
+            return batch
+        if previous is None or previous.done():
+            if previous is not None:
+                previous.result()
+            return await queue.get()
+        getter = asyncio.ensure_future(queue.get())
+        try:
+            waits: set[asyncio.Future[Any]] = {getter, previous}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if previous.done():
+                previous.result()  # raises a failed commit
+            return await getter
+        finally:
+            getter.cancel()  # (a no-op once it is done)
 
     @staticmethod
     async def _sequence(batch: Batch, sequencer: Sequencer, replay: Any,
