@@ -27,9 +27,18 @@ uncompressed fragments in a `file:///` store), then:
   fresh member from the hints of its last commit: `Player(client, log, root,
   hints).handoff(author)`, then `SQLiteStore(folder).restore_checkpoint()`
   (`cold_start_log_mib`: the log bytes the player read);
-- `handoff_s`: not measured here (`handoff_s_note`).
+- `handoff_s`: stream-sum (one shard, its sums in SQLite on a recovery log,
+  `hot_standbys: 1`) on two `gazette-consumer serve` processes at their defaults,
+  while one-chunk streams are published every 10 ms: from SIGTERM of the primary's
+  member to the first sum its successor publishes (the sum's UUID time; the successor
+  is told apart by its producer id), the median of `HANDOFF_ROUNDS` (the stopped member
+  restarted, caught up as standby, and the next primary stopped); also
+  `handoff_pause_s`, the longest any of those streams waited for its sum across a
+  hand-off (how long processing paused: the old primary works until its successor is
+  ready).
 
-Prints progress on stderr and one JSON object as the last line.
+Prints progress on stderr and one JSON object as the last line. ``--only
+handoff,cold_start`` runs some of the parts (all by default).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -53,14 +63,17 @@ import uvloop
 from gazette.client import JournalClient
 from gazette.consumer import Checkpoint
 from gazette.consumer.sqlite import SQLiteStore
-from gazette.keyspace import Etcd, Layout, apply_changes
-from gazette.local import EmbeddedEtcd, free_port
-from gazette.protocol import journal_changes_from_yaml
+from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, apply_changes
+from gazette.local import EmbeddedEtcd, Process, free_port
+from gazette.message.uuid import clock_of, producer_of, unix_time_of
+from gazette.protocol import ReplicaState, journal_changes_from_yaml
 from gazette.recoverylog import Hints, Player, RecordedFolder
+from gazette_consumer.examples import stream_sum
 
 MiB = 1 << 20
 PLAYBACK_VOLUME, PLAYBACK_COMMIT, PLAYBACK_RUNS = 256 * MiB, 4 * MiB, 3
 TXN_ROWS, PLAIN_SECONDS, ROUNDS = 1000, 5.0, 3
+HANDOFF_ROUNDS = 3
 STORE_ROWS, STORE_ROW_BYTES = 76_000, 1024
 SPECS = """
 name: bench/
@@ -278,17 +291,120 @@ async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
                     assert time.monotonic() < deadline, "the broker did not start"
                     await asyncio.sleep(0.1)
             result: dict[str, Any] = {}
-            rate, played = await bench_playback(client, workdir)
-            result.update(playback_mb_per_s=round(rate), playback_bytes=played)
-            await asyncio.to_thread(shutil.rmtree, workdir / "played")
-            await settle(client, "bench/playback", workdir / "store")
-            result.update(await bench_overhead(client, workdir))
-            result.update(await bench_cold_start(client, workdir))
+            if wanted("playback"):
+                rate, played = await bench_playback(client, workdir)
+                result.update(playback_mb_per_s=round(rate), playback_bytes=played)
+                await asyncio.to_thread(shutil.rmtree, workdir / "played")
+                await settle(client, "bench/playback", workdir / "store")
+            if wanted("overhead"):
+                result.update(await bench_overhead(client, workdir))
+            if wanted("cold_start"):
+                result.update(await bench_cold_start(client, workdir))
+            if wanted("handoff"):
+                result.update(await bench_handoff(client, etcd, workdir,
+                                                  f"127.0.0.1:{port}"))
     finally:
         broker.terminate()
         await broker.wait()
-    return {**result, "handoff_s": None,
-            "handoff_s_note": "measured by the consumer integration (not yet)"}
+    return result
+
+
+def member(name: str, workdir: Path, etcd: EmbeddedEtcd, broker: str) -> Process:
+    argv = [sys.executable, "-m", "gazette_consumer", "serve", "--app",
+            "gazette_consumer.examples.stream_sum:StreamSum", "--consumer.id", name,
+            "--consumer.host", "127.0.0.1", "--consumer.bind", "127.0.0.1",
+            "--consumer.port", str(free_port()), "--consumer.http-port", "-1",
+            "--broker.address", broker, "--etcd.address", etcd.endpoint]
+    return Process(name, argv, workdir / f"{name}.log", env=dict(os.environ))
+
+
+async def until(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)
+
+
+async def more_sums(driver: stream_sum.Driver, n: int, timeout: float = 60) -> None:
+    """Wait until `n` more sums were read."""
+    goal, deadline = len(driver.sum_uuids) + n, time.monotonic() + timeout
+    while len(driver.sum_uuids) < goal:
+        assert time.monotonic() < deadline, f"timed out waiting for {n} more sums"
+        await driver.check()
+        await asyncio.sleep(0.01)
+
+
+async def bench_handoff(client: JournalClient, etcd: EmbeddedEtcd, workdir: Path,
+                        broker: str) -> dict[str, Any]:
+    layout = Layout.consumer_app(stream_sum.APP)
+    members = [member(f"m{i}", workdir, etcd, broker) for i in range(2)]
+    async with Etcd(etcd.endpoint) as etcd_client, \
+            KeySpace(etcd_client, layout.root + "/", Decoder(layout, consumers=True)) as ks:
+        await stream_sum.setup(client, etcd_client, partitions=1, recovery_logs=True,
+                               hot_standbys=1)
+        shard = stream_sum.shard_id(0)
+
+        def states() -> dict[str, ReplicaState]:
+            return {e.kv.key.rsplit("#", 1)[1]: e.value.state
+                    for e in ks.prefixed(layout.item_statuses(shard))}
+
+        def ready() -> bool:
+            return sorted(states().values()) == [ReplicaState.STANDBY, ReplicaState.PRIMARY]
+
+        handoffs: list[float] = []
+        pauses: list[float] = []
+        try:
+            for m in members:
+                m.start()
+            await until(ready, "a primary and a ready standby")
+            async with stream_sum.Driver(client, seed=1) as driver:
+                stop = asyncio.Event()
+
+                async def probe() -> None:
+                    while not stop.is_set():
+                        await driver.publish(1, 0)
+                        await asyncio.sleep(0.01)  # pacing
+
+                probing = asyncio.create_task(probe())
+                try:
+                    for _ in range(HANDOFF_ROUNDS):
+                        await more_sums(driver, 20)
+                        primary = next(m for m in members
+                                       if states().get(m.name) == ReplicaState.PRIMARY)
+                        old = producer_of(max(driver.sum_uuids.values(), key=clock_of))
+                        sent = time.time()
+                        os.kill(primary.pid, signal.SIGTERM)
+                        first: float | None = None
+                        deadline = time.monotonic() + 60
+                        while first is None:
+                            assert time.monotonic() < deadline, "no sum by the successor"
+                            await driver.check()
+                            first = min((unix_time_of(u) for u in driver.sum_uuids.values()
+                                         if producer_of(u) != old and unix_time_of(u) > sent),
+                                        default=None)
+                        handoffs.append(first - sent)
+                        await asyncio.to_thread(primary.stop, 60.0)
+                        pauses.append(max(w for stream, w in driver.waits.items()
+                                          if driver.finished_at[stream] >= sent - 1))
+                        log(f"hand-off: first sum by the successor {first - sent:.3f} s "
+                            f"after SIGTERM; longest wait {pauses[-1]:.3f} s")
+                        primary.start()
+                        await until(ready, "the restarted member is a ready standby")
+                finally:
+                    stop.set()
+                    await probing
+        finally:
+            for m in members:
+                await asyncio.to_thread(m.stop, 30.0)
+    return {"handoff_s": round(statistics.median(handoffs), 3),
+            "handoff_pause_s": round(max(pauses), 3)}
+
+
+def wanted(part: str) -> bool:
+    """Whether to run `part` (``--only playback,overhead,cold_start,handoff``: some)."""
+    if "--only" not in sys.argv:
+        return True
+    return part in sys.argv[sys.argv.index("--only") + 1].split(",")
 
 
 def main() -> None:

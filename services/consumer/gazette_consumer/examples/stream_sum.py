@@ -258,6 +258,7 @@ class Driver:
         #: appends were acknowledged), and how long its sum took after that.
         self.finished_at: dict[str, float] = {}
         self.waits: dict[str, float] = {}
+        self.sum_uuids: dict[str, int] = {}  # stream -> its first sum's UUID
         self.summary = Summary()
         self._started = time.monotonic()
         self._offset = 0
@@ -374,6 +375,7 @@ class Driver:
                     if msg.stream_id in self.expected:
                         self.results.setdefault(msg.stream_id, []).append(
                             (msg.sum, msg.chunks))
+                        self.sum_uuids.setdefault(msg.stream_id, env.uuid)
                         if (at := self.finished_at.get(msg.stream_id)) is not None:
                             self.waits.setdefault(msg.stream_id,
                                                   max(0.0, unix_time_of(env.uuid) - at))
