@@ -11,14 +11,18 @@ uncompressed fragments in a `file:///` store), then:
   file checked byte for byte). Target >= 200 MB/s;
 - `recording_overhead`: the same SQLite workload with recording and without, alternated
   over three rounds (medians): transactions of 1,000 `INSERT OR REPLACE` of 100-byte
-  values into a table with an integer key (random keys in a range that grows by 1,000
-  a transaction: about half are new) plus the checkpoint row, as many transactions as
-  the first plain run does in 5 s (after each recorded run, the broker is let persist
-  its fragments, which are then deleted: a round's log is GBs). With recording: `SQLiteStore` on a
-  `RecordedFolder` (a fresh log each round), each `start_commit(checkpoint, [])`
-  awaited (its log append included); without: a plain `apsw.Connection` on a local file
-  with the same pragmas (exclusive locking, WAL, synchronous off, 2,000 pages of cache),
-  the checkpoint row in the same transaction, COMMIT per transaction. Overhead = with /
+  values into a table with an integer key plus the checkpoint row, as many
+  transactions as the first plain run does in 5 s (after each recorded run, the broker
+  is let persist its fragments, which are then deleted: a round's log is GBs). Two
+  workloads: "random" (keys in a range that grows by 1,000 a transaction: about half
+  are new, the rest updates all over the table: each transaction dirties ~1,000 pages)
+  and "sequential" (`..._sequential`: the next 1,000 keys: a few dozen pages). With
+  recording: `SQLiteStore` on a `RecordedFolder` (a fresh log each round), commits
+  pipelined as a shard's runner does (a transaction's log append goes on while the next
+  one runs; it is awaited before the next commit starts); without: a plain
+  `apsw.Connection` on a local file with the same pragmas (exclusive locking, WAL,
+  synchronous off, 2,000 pages of cache, checkpoints every 10,000 WAL pages), the
+  checkpoint row in the same transaction, COMMIT per transaction. Overhead = with /
   without - 1 (target <= 0.25); also `sqlite_txn_per_s_recorded` / `_plain`, and
   `recorded_mib_per_txn`, the log bytes one transaction cost (WAL frames, and the pages
   SQLite's checkpoints copy into the database);
@@ -82,13 +86,16 @@ fragment: {length: 67108864, compression_codec: NONE, stores: ["file:///"],
            flush_interval: 1h, refresh_interval: 1h}
 children:
   - name: bench/playback
-  - name: bench/sqlite-0
-  - name: bench/sqlite-1
-  - name: bench/sqlite-2
+  - name: bench/random-0
+  - name: bench/random-1
+  - name: bench/random-2
+  - name: bench/sequential-0
+  - name: bench/sequential-1
+  - name: bench/sequential-2
   - name: bench/cold
 """
 PRAGMAS = ("locking_mode=EXCLUSIVE", "journal_mode=WAL", "synchronous=OFF",
-           "cache_size=2000")  # SQLiteStore's (its default cache_pages)
+           "cache_size=2000", "wal_autocheckpoint=10000")  # SQLiteStore's defaults
 CREATE_KV = "CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v BLOB NOT NULL)"
 UPSERT = "INSERT OR REPLACE INTO kv VALUES (?, ?)"
 
@@ -147,8 +154,12 @@ async def bench_playback(client: JournalClient, workdir: Path) -> tuple[float, i
     return statistics.median(rates), played
 
 
-def rows_of(rng: random.Random, t: int, pool: list[bytes]) -> list[tuple[int, bytes]]:
-    """Transaction `t`'s rows: keys below 1,000 x (t + 1) (about half new)."""
+def rows_of(rng: random.Random, t: int, pool: list[bytes], workload: str
+            ) -> list[tuple[int, bytes]]:
+    """Transaction `t`'s rows: "random", keys below 1,000 x (t + 1) (about half new);
+    "sequential", the next 1,000 keys."""
+    if workload == "sequential":
+        return [(t * TXN_ROWS + i, pool[rng.randrange(len(pool))]) for i in range(TXN_ROWS)]
     hi = (t + 1) * TXN_ROWS
     return [(rng.randrange(hi), pool[rng.randrange(len(pool))]) for _ in range(TXN_ROWS)]
 
@@ -158,7 +169,8 @@ def value_pool() -> list[bytes]:
     return [rng.randbytes(50).hex().encode() for _ in range(4096)]  # ~100-byte values
 
 
-def sqlite_plain(path: Path, txns: int, seconds: float = 0.0) -> tuple[int, float]:
+def sqlite_plain(path: Path, workload: str, txns: int, seconds: float = 0.0
+                 ) -> tuple[int, float]:
     """(transactions, seconds): `txns` of them, or as many as fit in `seconds`."""
     db = apsw.Connection(str(path))
     for pragma in PRAGMAS:
@@ -169,7 +181,7 @@ def sqlite_plain(path: Path, txns: int, seconds: float = 0.0) -> tuple[int, floa
     rng, pool, t, started = random.Random(3), value_pool(), 0, time.perf_counter()
     while t < txns if txns else time.perf_counter() - started < seconds:
         db.execute("BEGIN")
-        db.executemany(UPSERT, rows_of(rng, t, pool))
+        db.executemany(UPSERT, rows_of(rng, t, pool, workload))
         db.execute("INSERT OR REPLACE INTO gazette_checkpoint VALUES (0, ?)",
                    (checkpoint(t + 1).encode(),))
         db.execute("COMMIT")
@@ -179,18 +191,26 @@ def sqlite_plain(path: Path, txns: int, seconds: float = 0.0) -> tuple[int, floa
     return t, elapsed
 
 
-async def sqlite_recorded(client: JournalClient, journal: str, root: Path,
+async def sqlite_recorded(client: JournalClient, journal: str, root: Path, workload: str,
                           txns: int) -> tuple[float, int]:
-    """(seconds, log bytes) of `txns` transactions through SQLiteStore."""
+    """(seconds, log bytes) of `txns` transactions through SQLiteStore, pipelined as a
+    shard's runner does: a transaction's log append goes on while the next one runs,
+    and is awaited before the next commit starts."""
     store = SQLiteStore((await take(client, journal, root, 0x20))[0])
     await store.restore_checkpoint()
     store.db.execute(CREATE_KV)
     await store.start_commit(checkpoint(0), [])
     before = await client.write_head(journal)
     rng, pool, started = random.Random(3), value_pool(), time.perf_counter()
+    previous: asyncio.Future[None] | None = None
     for t in range(txns):
-        store.db.executemany(UPSERT, rows_of(rng, t, pool))
-        await store.start_commit(checkpoint(t + 1), [])
+        store.db.executemany(UPSERT, rows_of(rng, t, pool, workload))
+        if previous is not None:
+            await previous
+        previous = store.start_commit(checkpoint(t + 1), [])
+        await asyncio.sleep(0)  # the runner yields here (reading the next messages)
+    if previous is not None:
+        await previous
     elapsed = time.perf_counter() - started
     await store.close()
     return elapsed, await client.write_head(journal) - before
@@ -211,31 +231,34 @@ async def settle(client: JournalClient, journal: str, store: Path) -> None:
             (store / f.fragment.path).unlink(missing_ok=True)
 
 
-async def bench_overhead(client: JournalClient, workdir: Path) -> dict[str, Any]:
+async def bench_overhead(client: JournalClient, workdir: Path, workload: str
+                         ) -> dict[str, Any]:
     plain, recorded, txns, logged = [], [], 0, 0
     for r in range(ROUNDS):
         for kind in ("plain", "recorded") if r % 2 == 0 else ("recorded", "plain"):
             folder = workdir / f"{kind}-{r}"
             if kind == "plain":  # the first one sets the number of transactions
                 folder.mkdir()
-                txns, elapsed = sqlite_plain(folder / "plain.db", txns,
+                txns, elapsed = sqlite_plain(folder / "plain.db", workload, txns,
                                              0.0 if txns else PLAIN_SECONDS)
                 plain.append(elapsed)
-                log(f"round {r}: plain SQLite {txns} transactions in {elapsed:.2f} s")
+                log(f"{workload} round {r}: plain SQLite {txns} transactions in "
+                    f"{elapsed:.2f} s")
             else:
-                journal = f"bench/sqlite-{r}"
-                elapsed, logged = await sqlite_recorded(client, journal, folder, txns)
+                journal = f"bench/{workload}-{r}"
+                elapsed, logged = await sqlite_recorded(client, journal, folder, workload,
+                                                        txns)
                 recorded.append(elapsed)
-                log(f"round {r}: recorded SQLite {txns} transactions in {elapsed:.2f} s "
-                    f"({logged / MiB:.0f} MiB of log)")
+                log(f"{workload} round {r}: recorded SQLite {txns} transactions in "
+                    f"{elapsed:.2f} s ({logged / MiB:.0f} MiB of log)")
                 await settle(client, journal, workdir / "store")
             await asyncio.to_thread(shutil.rmtree, folder)
     with_s, without_s = statistics.median(recorded), statistics.median(plain)
-    return {"recording_overhead": round(with_s / without_s - 1, 3),
-            "sqlite_txn_per_s_recorded": round(txns / with_s, 1),
-            "sqlite_txn_per_s_plain": round(txns / without_s, 1),
-            "sqlite_txns": txns, "sqlite_rows_per_txn": TXN_ROWS,
-            "recorded_mib_per_txn": round(logged / txns / MiB, 2)}
+    name = "" if workload == "random" else f"_{workload}"
+    return {f"recording_overhead{name}": round(with_s / without_s - 1, 3),
+            f"sqlite_txn_per_s_recorded{name}": round(txns / with_s, 1),
+            f"sqlite_txn_per_s_plain{name}": round(txns / without_s, 1),
+            f"recorded_mib_per_txn{name}": round(logged / txns / MiB, 2)}
 
 
 async def bench_cold_start(client: JournalClient, workdir: Path) -> dict[str, Any]:
@@ -284,7 +307,7 @@ async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
             deadline = time.monotonic() + 30
             while True:  # until the broker serves every journal
                 try:
-                    for r in ("playback", "sqlite-0", "sqlite-1", "sqlite-2", "cold"):
+                    for r in ("playback", "random-0", "sequential-2", "cold"):
                         await client.write_head(f"bench/{r}")
                     break
                 except Exception:  # noqa: BLE001 - the broker is still starting
@@ -297,7 +320,9 @@ async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
                 await asyncio.to_thread(shutil.rmtree, workdir / "played")
                 await settle(client, "bench/playback", workdir / "store")
             if wanted("overhead"):
-                result.update(await bench_overhead(client, workdir))
+                result["sqlite_rows_per_txn"] = TXN_ROWS
+                for workload in ("random", "sequential"):
+                    result.update(await bench_overhead(client, workdir, workload))
             if wanted("cold_start"):
                 result.update(await bench_cold_start(client, workdir))
             if wanted("handoff"):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from gazette.errors import ValidationError
+from gazette.errors import GazetteError, ValidationError
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence, Segment
 from gazette.recoverylog.ops import HEADER_SIZE, CorruptLog, Decoder, Kind, Op, chain, encode
+from gazette.recoverylog.recorder import Recorder
 
 AUTHOR = 0xA1
 
@@ -161,3 +162,25 @@ def test_malformed_hints_are_refused_with_the_field() -> None:
     bad = Hints("log", {1: [Segment(1, 5, 100, 0, 4, 90)]}).encode()
     with pytest.raises(ValidationError, match="segments out of order"):
         Hints.decode(bad)
+
+
+def test_a_write_that_continues_the_last_one_extends_it() -> None:
+    # SQLite writes a WAL frame's header, then its page, at the next offset: one
+    # operation in the log. A gap, another file or another kind of operation starts anew.
+    recorder = Recorder(None, "log", FSM(), AUTHOR, 0)  # type: ignore[arg-type]
+    a, b = recorder.create("a"), recorder.create("b")
+    recorder.write(a, 0, b"head")
+    recorder.write(a, 4, bytearray(b"page"))
+    recorder.write(a, 8, memoryview(b"more"))
+    recorder.write(a, 20, b"gap")
+    recorder.write(b, 23, b"other file")
+    recorder.truncate(b, 5)
+    recorder.write(b, 5, b"after")
+    assert recorder.pending_bytes > 0
+    with pytest.raises(GazetteError, match="not committed"):
+        recorder.hints()
+    recorder._close_write()
+    writes = [(op.fnode, op.offset, data) for op, data in
+              decode_all(bytes(recorder._pending), 7) if op.kind == Kind.WRITE]
+    assert writes == [(a, 0, b"headpagemore"), (a, 20, b"gap"), (b, 23, b"other file"),
+                      (b, 5, b"after")]

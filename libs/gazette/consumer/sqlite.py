@@ -106,11 +106,15 @@ class SQLiteStore:
     """The database `name` in the shard's recorded folder (`Shard.folder`)."""
 
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
-                 cache_pages: int = 2000) -> None:
+                 cache_pages: int = 2000, checkpoint_pages: int = 10_000) -> None:
+        """`checkpoint_pages`: the WAL's size (in pages) at which SQLite copies it into
+        the database (`wal_autocheckpoint`). Both copies are recorded: checkpointing
+        seldom copies a page changed by many transactions once, not once each."""
         if folder is None:
             raise GazetteError("SQLiteStore needs the shard's recovery log: give the "
                                "shard a recovery_log_prefix (and a hint_prefix)")
         self.folder, self.name, self.cache_pages = folder, name, cache_pages
+        self.checkpoint_pages = checkpoint_pages
         self._vfs: _RecordingVFS | None = None
         self._db: apsw.Connection | None = None
 
@@ -129,7 +133,8 @@ class SQLiteStore:
                                         vfs=self._vfs.vfs_name)
         db.setbusytimeout(0)
         for pragma in ("locking_mode=EXCLUSIVE", "journal_mode=WAL", "synchronous=OFF",
-                       f"cache_size={int(self.cache_pages)}"):
+                       f"cache_size={int(self.cache_pages)}",
+                       f"wal_autocheckpoint={int(self.checkpoint_pages)}"):
             db.execute(f"PRAGMA {pragma}")
         db.execute("CREATE TABLE IF NOT EXISTS gazette_checkpoint (id INTEGER PRIMARY "
                    "KEY CHECK (id = 0), checkpoint BLOB NOT NULL)")

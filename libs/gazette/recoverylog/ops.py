@@ -73,7 +73,7 @@ class Op:
 
 def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 0,
            offset: int = 0, length: int = 0, path: str = "",
-           data: bytes | memoryview = b"") -> tuple[bytes, int]:
+           data: bytes | bytearray | memoryview = b"") -> tuple[bytes, int]:
     """The frame of one operation, and its crc (which the next checksum chains)."""
     raw_path = path.encode()
     if len(raw_path) > MAX_PATH_BYTES:
@@ -93,7 +93,7 @@ def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 
 
 def record(kind: Kind, seq_no: int, checksum: int, author: int, begin: int, *,
            fnode: int = 0, offset: int = 0, length: int = 0, path: str = "",
-           data: bytes | memoryview = b"") -> tuple[bytes, Op]:
+           data: bytes | bytearray | memoryview = b"") -> tuple[bytes, Op]:
     """The frame of one operation and the `Op` it is once it lands at `begin` (what a
     writer that knows where its append lands applies, without decoding it again)."""
     frame, crc = encode(kind, seq_no, checksum, author, fnode=fnode, offset=offset,

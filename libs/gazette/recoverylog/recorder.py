@@ -30,6 +30,9 @@ AUTHOR_LABEL = "author"
 
 RECORDED_BYTES = Counter("gazette_recoverylog_recorded_bytes_total",
                          "Bytes of file operations appended to recovery logs")
+#: The most bytes one write operation grows to by extension.
+MAX_MERGED_WRITE = 4 << 20
+
 RECORDED_OPS = Counter("gazette_recoverylog_recorded_ops_total",
                        "File operations appended to recovery logs")
 
@@ -61,16 +64,39 @@ class Recorder:
         self._check = Selector(include=fence(author))
         self.failed: BaseException | None = None
         self._detached = False
+        #: A write not yet framed, which the next write may continue: (fnode, offset,
+        #: data).
+        self._open: tuple[int, int, bytes | bytearray] | None = None
 
     # -- recording (synchronous: after the local operation succeeded) --
 
-    def _record(self, kind: Kind, *, fnode: int = 0, offset: int = 0, length: int = 0,
-                path: str = "", data: bytes | memoryview = b"") -> int:
+    def _check_recording(self) -> bool:
+        """Whether to record (not after `detach`); raises once the recorder failed."""
         if self._detached:
-            return 0
+            return False
         if self.failed is not None:
             raise RecorderFenced(f"recovery log {self.log}: no longer recording "
                                  f"({self.failed})")
+        return True
+
+    def _record(self, kind: Kind, *, fnode: int = 0, offset: int = 0, length: int = 0,
+                path: str = "", data: bytes | bytearray | memoryview = b"") -> int:
+        if not self._check_recording():
+            return 0
+        with self.lock:
+            self._close_write()
+            return self._frame(kind, fnode=fnode, offset=offset, length=length, path=path,
+                               data=data)
+
+    def _close_write(self) -> None:
+        """Frame the write being extended, if any (under `lock`)."""
+        if self._open is not None:
+            fnode, offset, data = self._open
+            self._open = None
+            self._frame(Kind.WRITE, fnode=fnode, offset=offset, length=len(data), data=data)
+
+    def _frame(self, kind: Kind, *, fnode: int = 0, offset: int = 0, length: int = 0,
+               path: str = "", data: bytes | bytearray | memoryview = b"") -> int:
         fsm = self.fsm
         with self.lock:
             seq_no = fsm.next_seq_no
@@ -89,8 +115,25 @@ class Recorder:
         """A new, empty file at `path` (which must be free); returns its fnode."""
         return self._record(Kind.CREATE, path=path)
 
-    def write(self, fnode: int, offset: int, data: bytes | memoryview) -> None:
-        self._record(Kind.WRITE, fnode=fnode, offset=offset, length=len(data), data=data)
+    def write(self, fnode: int, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Bytes written at `offset`. A write that continues the one before it (SQLite's
+        WAL frame header, then its page) extends it: one operation, not two."""
+        if not self._check_recording():
+            return
+        with self.lock:
+            open_ = self._open
+            if open_ is not None and open_[0] == fnode and \
+                    open_[1] + len(open_[2]) == offset and \
+                    len(open_[2]) + len(data) <= MAX_MERGED_WRITE:
+                buf = open_[2]
+                if not isinstance(buf, bytearray):
+                    buf = bytearray(buf)
+                    self._open = (fnode, open_[1], buf)
+                buf += data
+                return
+            self._close_write()
+            # A caller's buffer may change after this returns: bytes are kept as they are.
+            self._open = (fnode, offset, data if isinstance(data, bytes) else bytes(data))
 
     def truncate(self, fnode: int, size: int) -> None:
         self._record(Kind.TRUNCATE, fnode=fnode, length=size)
@@ -128,7 +171,7 @@ class Recorder:
 
     @property
     def pending_bytes(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + (len(self._open[2]) if self._open is not None else 0)
 
     # -- committing --
 
@@ -142,11 +185,12 @@ class Recorder:
             if self.failed is not None:
                 raise RecorderFenced(f"recovery log {self.log}: no longer recording "
                                      f"({self.failed})")
-            if not self._pending:
+            if not self._pending and self._open is None:
                 return self.fsm.hints(self.log) if hints else None
             # What is recorded from now on (the next transaction, while this one
             # commits) goes to a new buffer, after this one.
             with self.lock:
+                self._close_write()
                 data, ops = self._pending, self._ops
                 self._pending, self._ops = bytearray(), 0
                 self._inflight = len(data)
@@ -174,7 +218,7 @@ class Recorder:
 
     def hints(self) -> Hints:
         """Hints of what is committed (call between commits)."""
-        if self._pending or self._inflight:
+        if self._pending or self._inflight or self._open is not None:
             raise GazetteError(f"recovery log {self.log}: hints asked for with "
-                               f"{len(self._pending) + self._inflight} bytes not committed")
+                               f"{self.pending_bytes + self._inflight} bytes not committed")
         return self.fsm.hints(self.log)
