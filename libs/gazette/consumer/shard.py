@@ -10,8 +10,8 @@ spec starts a new one). A runner that fails marks the shard FAILED with the erro
 the member goes on serving its other shards; the shard runs again when its spec or its
 role (primary, standby) changes, or it is assigned anew. A transient failure (brokers or
 etcd out of reach) is not final: the shard shows RECOVERING with the error and runs
-again after a backoff. Every change of `status` is
-reported (the member writes it into etcd, where List, gazctl and the operator read it).
+again after a backoff. Every change of `status` is reported (the member writes it into
+etcd, where List, gazctl and the operator read it).
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ class LocalShard:
                                                      name=f"standby:{self.id}")
             self.status = ReplicaStatus(RECOVERING)
             log.info("shard %s: a hot standby here", self.id)
-        elif not wanted and self.standby is None and self.status.state != FAILED:
+        elif not wanted and self.standby is None and self.status.state != FAILED and \
+                self._held is None:
             self.status = ReplicaStatus(STANDBY if self.route is not None else PENDING)
 
     def _release(self) -> None:

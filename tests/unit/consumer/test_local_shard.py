@@ -81,6 +81,9 @@ async def test_a_transient_failure_runs_the_shard_again_after_a_backoff(
         assert waiting and "Unavailable" in waiting[0].error
         assert "running again in 0.1s" in waiting[-1].error  # the backoff doubled
         assert not any(s is not None and s.state == ReplicaState.FAILED for s in statuses)
+        # Between runs it showed only that it is recovering (never a standby, say).
+        assert {s.state for s in statuses if s is not None} == {
+            ReplicaState.PENDING, ReplicaState.RECOVERING, ReplicaState.PRIMARY}
     assert shard_module.SHARD_RESTARTS._value.get() == restarts + 2
 
 
