@@ -435,7 +435,8 @@ async def _main(args: argparse.Namespace) -> int:
                 Etcd(args.etcd_address) as etcd:
             await setup(client, etcd, partitions=args.partitions,
                         replication=args.replication, fragment_store=args.fragment_store,
-                        app_name=args.app_name, etcd_root=args.etcd_prefix)
+                        app_name=args.app_name, etcd_root=args.etcd_prefix,
+                        recovery_logs=args.recovery_logs, hot_standbys=args.hot_standbys)
     if args.command == "setup":
         return 0
     summary = await run(args.broker_address, args.streams, args.chunks,
@@ -462,6 +463,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--partitions", type=int, default=4, help="chunk journals")
         p.add_argument("--replication", type=int, default=1)
         p.add_argument("--fragment-store", default="file:///")
+        p.add_argument("--recovery-logs", action="store_true",
+                       help="shards keep their sums in SQLite on recovery logs")
+        p.add_argument("--hot-standbys", type=int, default=0,
+                       help="members keeping a current copy of each shard's store")
     drive.add_argument("--streams", type=int, default=10)
     drive.add_argument("--chunks", type=int, default=20, help="data chunks per stream")
     drive.add_argument("--timeout", type=float, default=60.0,
