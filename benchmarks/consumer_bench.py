@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -46,12 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fixtures
 import msgspec
 import nats
 import uvloop
+from bench_broker import serving_broker  # type: ignore[import-not-found]
 from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StorageType, StreamConfig
 
 from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Application, MemoryStore, ShardRunner
 from gazette.consumer.sql import SQLStore
-from gazette.keyspace import Etcd, Layout, apply_changes
 from gazette.local import EmbeddedEtcd, free_port
 from gazette.message import (
     JsonMessage,
@@ -63,7 +62,7 @@ from gazette.message import (
     read_uncommitted,
 )
 from gazette.message.uuid import Clock, Flags, build, new_producer_id
-from gazette.protocol import ShardSource, ShardSpec, journal_changes_from_yaml
+from gazette.protocol import ShardSource, ShardSpec
 from tests.fixtures.postgres import create_database, start_pg_server
 
 MESSAGES, PRODUCERS, TXN = 100_000, 4, 10
@@ -221,42 +220,22 @@ async def latency(client: JournalClient) -> tuple[float, float]:
 
 
 async def run(etcd: EmbeddedEtcd, workdir: Path, dsn: str) -> dict[str, Any]:
-    port = free_port()
-    broker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
-        "--broker.http-port", "-1", "--broker.host", "127.0.0.1", "--broker.file-root",
-        str(workdir / "store"), "--broker.spool-dir", str(workdir / "spools"),
-        "--etcd.address", etcd.endpoint, "--log.level", "warn", env=dict(os.environ))
-    try:
-        async with Etcd(etcd.endpoint) as client_etcd:
-            await apply_changes(client_etcd, Layout.brokers(),
-                                journal_changes_from_yaml(SPECS))
-        async with JournalClient(f"127.0.0.1:{port}") as client:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    await client.write_head("bench/latency")
-                    break
-                except Exception:  # noqa: BLE001 - the broker is still starting
-                    assert time.monotonic() < deadline, "the broker did not start"
-                    await asyncio.sleep(0.1)
-            started = time.perf_counter()
-            await produce(client)
-            head = await client.write_head("bench/input")
-            log(f"produced {MESSAGES} messages ({head / 1e6:.0f} MB) in "
-                f"{time.perf_counter() - started:.1f} s")
-            ceiling = await read_committed_rate(client, head)
-            log(f"read-committed, no app: {ceiling:,.0f} msgs/s")
-            memory, txns = await consume(client, MemoryStore(), head)
-            log(f"MemoryStore: {memory:,.0f} msgs/s in {txns} transactions")
-            sql_store = SQLStore(dsn, "bench/shard")
-            sql, sql_txns = await consume(client, sql_store, head)
-            log(f"SQLStore: {sql:,.0f} msgs/s in {sql_txns} transactions")
-            p50, p99 = await latency(client)
-            log(f"publish to commit at {LATENCY_RATE}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    finally:
-        broker.terminate()
-        await broker.wait()
+    async with serving_broker(etcd.endpoint, workdir, SPECS,
+                              ["bench/input", "bench/latency"]) as client:
+        started = time.perf_counter()
+        await produce(client)
+        head = await client.write_head("bench/input")
+        log(f"produced {MESSAGES} messages ({head / 1e6:.0f} MB) in "
+            f"{time.perf_counter() - started:.1f} s")
+        ceiling = await read_committed_rate(client, head)
+        log(f"read-committed, no app: {ceiling:,.0f} msgs/s")
+        memory, txns = await consume(client, MemoryStore(), head)
+        log(f"MemoryStore: {memory:,.0f} msgs/s in {txns} transactions")
+        sql_store = SQLStore(dsn, "bench/shard")
+        sql, sql_txns = await consume(client, sql_store, head)
+        log(f"SQLStore: {sql:,.0f} msgs/s in {sql_txns} transactions")
+        p50, p99 = await latency(client)
+        log(f"publish to commit at {LATENCY_RATE}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     return {"messages": MESSAGES, "eo_msgs_per_s_memory": round(memory),
             "eo_msgs_per_s_sql": round(sql), "read_committed_msgs_per_s": round(ceiling),
             "memory_vs_read_committed": round(memory / ceiling, 2),

@@ -63,14 +63,15 @@ from typing import Any
 
 import apsw
 import uvloop
+from bench_broker import serving_broker  # type: ignore[import-not-found]
 
 from gazette.client import JournalClient
 from gazette.consumer import Checkpoint
 from gazette.consumer.sqlite import SQLiteStore
-from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, apply_changes
+from gazette.keyspace import Decoder, Etcd, KeySpace, Layout
 from gazette.local import EmbeddedEtcd, Process, free_port
 from gazette.message.uuid import clock_of, producer_of, unix_time_of
-from gazette.protocol import ReplicaState, journal_changes_from_yaml
+from gazette.protocol import ReplicaState
 from gazette.recoverylog import Hints, Player, RecordedFolder
 from gazette_consumer.examples import stream_sum
 
@@ -293,44 +294,22 @@ async def bench_cold_start(client: JournalClient, workdir: Path) -> dict[str, An
 
 
 async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
-    port = free_port()
-    broker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
-        "--broker.http-port", "-1", "--broker.host", "127.0.0.1", "--broker.file-root",
-        str(workdir / "store"), "--broker.spool-dir", str(workdir / "spools"),
-        "--etcd.address", etcd.endpoint, "--log.level", "warn", env=dict(os.environ))
-    try:
-        async with Etcd(etcd.endpoint) as client_etcd:
-            await apply_changes(client_etcd, Layout.brokers(),
-                                journal_changes_from_yaml(SPECS))
-        async with JournalClient(f"127.0.0.1:{port}") as client:
-            deadline = time.monotonic() + 30
-            while True:  # until the broker serves every journal
-                try:
-                    for r in ("playback", "random-0", "sequential-2", "cold"):
-                        await client.write_head(f"bench/{r}")
-                    break
-                except Exception:  # noqa: BLE001 - the broker is still starting
-                    assert time.monotonic() < deadline, "the broker did not start"
-                    await asyncio.sleep(0.1)
-            result: dict[str, Any] = {}
-            if wanted("playback"):
-                rate, played = await bench_playback(client, workdir)
-                result.update(playback_mb_per_s=round(rate), playback_bytes=played)
-                await asyncio.to_thread(shutil.rmtree, workdir / "played")
-                await settle(client, "bench/playback", workdir / "store")
-            if wanted("overhead"):
-                result["sqlite_rows_per_txn"] = TXN_ROWS
-                for workload in ("random", "sequential"):
-                    result.update(await bench_overhead(client, workdir, workload))
-            if wanted("cold_start"):
-                result.update(await bench_cold_start(client, workdir))
-            if wanted("handoff"):
-                result.update(await bench_handoff(client, etcd, workdir,
-                                                  f"127.0.0.1:{port}"))
-    finally:
-        broker.terminate()
-        await broker.wait()
+    result: dict[str, Any] = {}
+    journals = [f"bench/{r}" for r in ("playback", "random-0", "sequential-2", "cold")]
+    async with serving_broker(etcd.endpoint, workdir, SPECS, journals) as client:
+        if wanted("playback"):
+            rate, played = await bench_playback(client, workdir)
+            result.update(playback_mb_per_s=round(rate), playback_bytes=played)
+            await asyncio.to_thread(shutil.rmtree, workdir / "played")
+            await settle(client, "bench/playback", workdir / "store")
+        if wanted("overhead"):
+            result["sqlite_rows_per_txn"] = TXN_ROWS
+            for workload in ("random", "sequential"):
+                result.update(await bench_overhead(client, workdir, workload))
+        if wanted("cold_start"):
+            result.update(await bench_cold_start(client, workdir))
+        if wanted("handoff"):
+            result.update(await bench_handoff(client, etcd, workdir, client.address))
     return result
 
 
