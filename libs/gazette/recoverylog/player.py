@@ -210,8 +210,8 @@ class Player:
                     continue  # someone appended after our read: play that too
                 raise
             except AppendUncertain as err:
-                # (An empty append, or one at offset 0, where the broker checks no offset:
-                # the client cannot resolve those.)
+                # (One at offset 0, where the broker checks no offset: the client cannot
+                # resolve it.)
                 uncertain += 1
                 if uncertain >= HANDOFF_ATTEMPTS:
                     raise

@@ -30,11 +30,11 @@ AUTHOR_LABEL = "author"
 
 RECORDED_BYTES = Counter("gazette_recoverylog_recorded_bytes_total",
                          "Bytes of file operations appended to recovery logs")
-#: The most bytes one write operation grows to by extension.
-MAX_MERGED_WRITE = 4 << 20
-
 RECORDED_OPS = Counter("gazette_recoverylog_recorded_ops_total",
                        "File operations appended to recovery logs")
+
+#: The most bytes one write operation grows to by extension.
+MAX_MERGED_WRITE = 4 << 20
 
 
 class RecorderFenced(GazetteError):
