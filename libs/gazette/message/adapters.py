@@ -36,7 +36,7 @@ from gazette.message.types import (
     uuid_from_text,
 )
 
-__all__ = ["MessageType", "message_type", "to_builtins"]
+__all__ = ["MessageType", "message_type", "to_builtins", "value_type"]
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -436,7 +436,9 @@ def message_type(t: Any) -> MessageType[Any]:
     return mt
 
 
-def _value_type(t: type) -> MessageType[Any]:
+def value_type(t: type) -> MessageType[Any]:
+    """The `MessageType` of values of `t` that carry no UUID (a model inside a message,
+    such as an event's data): validated from builtins, and back."""
     mt = _VALUE_TYPES.get(t)
     if mt is None:
         mt = _VALUE_TYPES[t] = _build(t, False)
@@ -453,4 +455,4 @@ def to_builtins(message: Any) -> Any:
         return message
     if isinstance(message, ProtoMessage):
         message = message.proto
-    return _value_type(type(message)).to_builtins(message)
+    return value_type(type(message)).to_builtins(message)
