@@ -14,6 +14,9 @@
     gazctl shards unassign -l SELECTOR [--failed] [--dry-run]
     gazctl shards hints --shard ID [--format yaml|json]
     gazctl shards prune [-l SELECTOR] [--dry-run]
+    gazctl events create-topic NAME [--partitions N] [--replication R] [--fragment-store URL]
+    gazctl events dead-letters --topic T --group G [--offset N] [--format table|json]
+    gazctl events replay --topic T --group G [--offset N] [--handler H] [--id ID] [--dry-run]
 
 Global flags (anywhere on the line): ``--broker``, ``--log.level``, ``--log.format``;
 ``gazctl shards`` also takes ``--consumer.address`` (a member of the consumer
@@ -101,6 +104,7 @@ def _global_flags() -> Parser:
 def build_parser() -> Parser:
     """The whole command line."""
     from gazette.gazctl import apply as apply_cmd
+    from gazette.gazctl import events_cmd
     from gazette.gazctl import fragments as fragments_cmd
     from gazette.gazctl import journals as cmd
     from gazette.gazctl import shards as shards_cmd
@@ -231,6 +235,7 @@ def build_parser() -> Parser:
                         "[$BROKER_FILE_ROOT]")
 
     shards_cmd.add_parser(nouns, common, txn_size)
+    events_cmd.add_parser(nouns, common)
     return parser
 
 
