@@ -391,6 +391,11 @@ async def test_registration_and_topic_creation_fail_clearly(
     with pytest.raises(Exception, match="topic"):
         Topic("bad name!", Order)
 
+    async def handler(event: Event[Order]) -> None:
+        pass
+    with pytest.raises(Exception, match="group: 'bad group!' has invalid character"):
+        strict.idempotent("bad group!", ORDERS, handler)
+
 
 async def test_a_partition_journal_written_directly_is_read_too(
         broker_server: BrokerServer, etcd_server: EtcdServer, consumer_root: str,

@@ -18,7 +18,7 @@ from gazette.events.group import Group, app_name, ensure_group, new_member
 from gazette.events.handlers import Handler, Kind, OnFailure
 from gazette.events.outbox import CLAIM, CatchUp, OutboxTx, Row, ensure_schema, message_of
 from gazette.events.outbox import publish_claimed as _publish_claimed
-from gazette.events.topic import DEFAULT_PREFIX, Topic, TopicNotRegistered
+from gazette.events.topic import DEFAULT_PREFIX, Topic, TopicNotRegistered, validate_name
 from gazette.message import Publisher, rendezvous_mapping
 from gazette.message.mapping import MappingFunc
 from gazette.supervise import Supervisor
@@ -196,6 +196,8 @@ class Events:
                 raise RuntimeError("add group handlers before start(); broadcast "
                                    "handlers can come and go with subscribe()")
             self._check(topic)
+            if kind is not Kind.BROADCAST:
+                validate_name(group, "group")
             keys = options.pop("keys", None)
             handler = Handler(name or fn.__name__, topic, fn, kind, **options)
             if kind is Kind.BROADCAST:
