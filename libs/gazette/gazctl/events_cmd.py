@@ -55,6 +55,10 @@ def prefix_arg(text: str) -> str:
     raise argparse.ArgumentTypeError("must not be empty (a folder, such as events/)")
 
 
+def offset_arg(text: str) -> int:
+    return bounded_int(text, "a byte offset", 0, MAX_INT64)
+
+
 def _prefix(args: argparse.Namespace) -> str:
     from gazette.events.topic import DEFAULT_PREFIX
 
@@ -256,9 +260,10 @@ async def cmd_replay(ctx: Context, args: argparse.Namespace) -> int:
               if isinstance(r, BaseException)]
     if failed:
         first, err = failed[0]
+        reason = str(err) or type(err).__name__
         raise CommandError(f"replay into {retry}: {len(chosen) - len(failed)} of "
                            f"{len(chosen)} appended; the dead letter at offset "
-                           f"{first.offset} and {len(failed) - 1} more failed: {err}")
+                           f"{first.offset} and {len(failed) - 1} more failed: {reason}")
     ctx.echo(f"replayed {len(chosen)} of {len(letters)} dead letter(s) of {dead} into "
              f"{retry}; next: --offset {head}")
     return 0
@@ -290,9 +295,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], common: argparse.Argument
         p.add_argument("--topic", type=name_arg("topic"), required=True, help="the topic")
         p.add_argument("--group", type=name_arg("group"), required=True,
                        help="the consumer group")
-        p.add_argument("--offset", type=lambda t: bounded_int(t, "a byte offset", 0,
-                                                              MAX_INT64),
-                       default=0, metavar="N",
+        p.add_argument("--offset", type=offset_arg, default=0, metavar="N",
                        help="read the dead-letter journal from byte offset N, as the "
                             "last run's 'next: --offset N' says (default: 0)")
 
