@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
 from gazette.client import ApplyConflict, JournalClient
+from gazette.errors import GazetteError
 from gazette.events.topic import (
     DEAD,
     DEFAULT_PREFIX,
@@ -19,6 +21,7 @@ from gazette.events.topic import (
     group_journal_spec,
     partition_specs,
 )
+from gazette.keyspace.specs import MAX_TXN_OPS
 from gazette.message import Partition, StaticPartitions
 from gazette.protocol import JournalSpec, SpecChange
 
@@ -76,24 +79,26 @@ class Catalog:
                  self.prefix, topic.name)
         return await self._list(topic)
 
-    async def ensure(self, specs: list[JournalSpec]) -> None:
-        """Make the journals of `specs` that do not exist yet (another process making
-        them at the same time is fine)."""
-        names = [s.name for s in specs]
+    async def ensure(self, specs: list[JournalSpec]) -> list[str]:
+        """Make the journals of `specs` that do not exist yet, in batches of one etcd
+        transaction; another process making them at the same time is fine. Returns the
+        names this call made."""
+        folder = posixpath.commonpath([s.name.rpartition("/")[0] for s in specs]) + "/"
+        made: list[str] = []
         async with asyncio.timeout(CATALOG_TIMEOUT):
             for _ in range(5):
-                listing = await self.client.list(
-                    "name in (" + ", ".join(names) + ")" if len(names) < 64
-                    else f"prefix={self.prefix}")
+                listing = await self.client.list(f"prefix={folder}")
                 existing = {j.spec.name for j in listing.journals}
                 missing = [SpecChange(s.name, 0, s) for s in specs if s.name not in existing]
-                if not missing:
-                    return
                 try:
-                    await self.client.apply(missing)
-                    return
+                    for i in range(0, len(missing), MAX_TXN_OPS):
+                        batch = missing[i:i + MAX_TXN_OPS]
+                        await self.client.apply(batch)
+                        made += [c.name for c in batch]
+                    return made
                 except ApplyConflict:  # made meanwhile by another process: look again
                     continue
+        raise GazetteError(f"journals under {folder} kept changing while being made")
 
     async def ensure_group(self, topic: Topic[Any], group: str) -> None:
         """Make the retry and dead-letter journals of `topic` in `group`."""

@@ -30,10 +30,17 @@ from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.events.catalog import Catalog, to_journal
 from gazette.events.handlers import Handler, Item, Kind, dispatch
 from gazette.events.outbox import PROCESSED
-from gazette.events.topic import DEAD, RETRY, Topic, group_journal, journal_spec
+from gazette.events.topic import (
+    DEAD,
+    RETRY,
+    Topic,
+    failed_line,
+    group_journal,
+    journal_spec,
+)
 from gazette.keyspace import Etcd, Layout, TxnConflict, apply_changes
 from gazette.labels import LabelSet
-from gazette.message import Envelope, JsonMessage, Publisher
+from gazette.message import Envelope, Publisher
 from gazette.protocol import ShardSource, ShardSpec, SpecChange
 
 #: Seconds a group's transactions may take to gather events (the consumer default is 1).
@@ -81,14 +88,13 @@ class _Failures:
         self._send(DEAD, handler, item, error, attempt)
 
     def _send(self, role: str, handler: Handler, item: Item, error: str, attempt: int,
-              **more: Any) -> None:
-        raw = item.raw
-        msg = JsonMessage({k: raw[k] for k in ("id", "key", "time", "data") if k in raw})
-        msg.update(topic=handler.topic.name, group=self.group, handler=handler.name,
-                   attempt=attempt, error=error[:4000], source=f"{item.journal}@{item.offset}",
-                   **more)
-        journal = group_journal(handler.topic.name, self.group, role, self.prefix)
-        self.publisher.publish_uncommitted(to_journal(journal), msg)
+              retry_at: float | None = None) -> None:
+        topic = handler.topic.name
+        line = failed_line(item.raw, topic=topic, group=self.group, handler=handler.name,
+                           attempt=attempt, source=f"{item.journal}@{item.offset}",
+                           error=error, retry_at=retry_at)
+        journal = group_journal(topic, self.group, role, self.prefix)
+        self.publisher.publish_uncommitted(to_journal(journal), line)
 
 
 class _SqlTx:

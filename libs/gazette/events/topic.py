@@ -136,6 +136,21 @@ def journal_spec(name: str, labels: LabelSet, replication: int, fragment_store: 
                        fragment=FragmentSpec(stores=(fragment_store,)))
 
 
+def failed_line(event: dict[str, Any], *, topic: str, group: str, handler: str,
+                attempt: int, source: str, error: str = "",
+                retry_at: float | None = None) -> JsonMessage:
+    """The line a retry or dead-letter journal holds for `event` (a raw event line):
+    the event itself, which handler of which group failed it, how often, why, and where
+    it was read; `retry_at` (unix seconds) for a retry journal."""
+    line = JsonMessage({k: event[k] for k in ("id", "key", "time", "data") if k in event})
+    line.update(topic=topic, group=group, handler=handler, attempt=attempt, source=source)
+    if error:
+        line["error"] = error[:4000]
+    if retry_at is not None:
+        line["retry_at"] = retry_at
+    return line
+
+
 @dataclass(frozen=True, slots=True)
 class Event(Generic[M]):
     """One event as a handler gets it: `payload` is the topic's model."""

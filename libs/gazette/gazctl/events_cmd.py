@@ -21,8 +21,8 @@ from typing import Any
 
 from gazette.client import BrokerError
 from gazette.client.connection import MAX_INT64
-from gazette.errors import ValidationError
-from gazette.gazctl.config import MAX_TXN_SIZE, UsageError, bounded_int
+from gazette.errors import GazetteError, ValidationError
+from gazette.gazctl.config import UsageError, bounded_int
 from gazette.gazctl.context import Command, CommandError, Context, info, warn
 from gazette.gazctl.output import table
 from gazette.message import Envelope, FrameError
@@ -79,9 +79,8 @@ async def _write_head(ctx: Context, journal: str, what: str, hint: str) -> int:
 
 
 async def cmd_create_topic(ctx: Context, args: argparse.Namespace) -> int:
-    from gazette.client import ApplyConflict
+    from gazette.events.catalog import Catalog
     from gazette.events.topic import DEFAULT_PARTITIONS, TOPIC_LABEL, partition_specs
-    from gazette.protocol import SpecChange
 
     topic, prefix = args.name, _prefix(args)
     try:
@@ -90,25 +89,17 @@ async def cmd_create_topic(ctx: Context, args: argparse.Namespace) -> int:
                                 fragment_store=args.fragment_store)
     except ValidationError as err:
         raise UsageError(f"create-topic: {err}") from None
-    created: set[str] = set()
-    for _ in range(5):  # another process creating some meanwhile: look again
-        listing = await ctx.client.list(f"prefix={prefix}{topic}/")
-        existing = {j.spec.name: j.spec for j in listing.journals}
-        missing = [s for s in specs if s.name not in existing]
-        try:
-            for i in range(0, len(missing), MAX_TXN_SIZE):
-                batch = missing[i:i + MAX_TXN_SIZE]
-                await ctx.client.apply([SpecChange(s.name, 0, s) for s in batch])
-                for spec in batch:
-                    ctx.echo(spec.name)
-                    created.add(spec.name)
-            break
-        except ApplyConflict:
-            continue
-    else:
-        raise CommandError(f"topic {topic}: its journals kept changing while being created")
+    try:
+        made = await Catalog(ctx.client, prefix).ensure(specs)
+    except GazetteError as err:
+        raise CommandError(f"topic {topic}: {err}") from None
+    for name in made:
+        ctx.echo(name)
+    created = set(made)
+    listing = await ctx.client.list(f"prefix={prefix}{topic}/")
+    existing = {j.spec.name: j.spec for j in listing.journals}
     parts = {n for n, s in existing.items() if topic in s.labels.values(TOPIC_LABEL)
-             and n not in created}  # (listed after a conflict, some may be ours)
+             and n not in created}  # (listed after making ours: those are left out)
     for name in sorted(set(existing) & {s.name for s in specs} - parts - created):
         warn(f"the journal exists but is not labeled {TOPIC_LABEL}={topic}: it is no "
              "partition of the topic", journal=name)
@@ -220,19 +211,18 @@ async def cmd_dead_letters(ctx: Context, args: argparse.Namespace) -> int:
 # -- replay ----------------------------------------------------------------------------
 
 
-def retry_line(args: argparse.Namespace, dead: str, letter: DeadLetter, now: float
-               ) -> dict[str, Any]:
+def retry_line(args: argparse.Namespace, dead: str, letter: DeadLetter, now: float) -> Any:
     """What the retry journal gets for `letter`: the event, due now, its first attempt."""
-    event: dict[str, Any] = {k: letter.fields[k] for k in ("id", "key", "time", "data")
-                             if k in letter.fields}
-    return {**event, "topic": args.topic, "group": args.group,
-            "handler": letter.fields["handler"], "attempt": 0, "retry_at": now,
-            "source": f"replayed from {dead}@{letter.offset}"}
+    from gazette.events.topic import failed_line
+
+    return failed_line(letter.fields, topic=args.topic, group=args.group,
+                       handler=letter.fields["handler"], attempt=0, retry_at=now,
+                       source=f"replayed from {dead}@{letter.offset}")
 
 
 async def cmd_replay(ctx: Context, args: argparse.Namespace) -> int:
     from gazette.client import AppendQueue
-    from gazette.message import JsonMessage, Partition, Publisher
+    from gazette.message import Partition, Publisher
 
     dead, retry, hint = _journals(args)
     letters, head = await read_dead_letters(ctx, dead, args.offset, hint)
@@ -253,8 +243,8 @@ async def cmd_replay(ctx: Context, args: argparse.Namespace) -> int:
     part = Partition(retry, "application/x-ndjson")
     async with AppendQueue(ctx.patient, resend=True) as queue:
         publisher = Publisher(queue)
-        futures = [publisher.publish_committed(lambda _: part, JsonMessage(
-            retry_line(args, dead, d, now))) for d in chosen]
+        futures = [publisher.publish_committed(lambda _: part, retry_line(args, dead, d, now))
+                   for d in chosen]
         results = await asyncio.gather(*futures, return_exceptions=True)
     failed = [(d, r) for d, r in zip(chosen, results, strict=True)
               if isinstance(r, BaseException)]
