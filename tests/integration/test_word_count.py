@@ -19,7 +19,7 @@ from gazette.keyspace import Etcd
 from gazette_broker import BrokerServer
 from gazette_consumer.examples import word_count
 from gazette_consumer.examples.word_count import WordCount, count_shard, publish, query, setup
-from tests.fixtures.consumer import Stores, members_of
+from tests.fixtures.consumer import Stores, members_of, primaries
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.polling import eventually
 
@@ -44,6 +44,11 @@ async def members(etcd_server: EtcdServer, consumer_root: str, broker_server: Br
         started = await members_of(etcd_server, consumer_root, broker_server, Stores(),
                                    ["m0", "m1"], lambda: WordCount(tmp_path / "stores"),
                                    app_name="word-count")
+        # Every shard has a running primary before a test queries one (a query for a
+        # shard still starting is refused UNAVAILABLE, as it should be).
+        shards = [spec.id for spec in word_count.shard_specs()]
+        await eventually(lambda: len(primaries(started, shards)) == len(shards),
+                         "every shard runs as primary", timeout=30)
         yield started
     finally:
         for m in started:
