@@ -31,6 +31,7 @@ from gazette.message.types import (
     AtLeastOnce,
     ProtoMessage,
     UuidText,
+    canonical_uuid_ints,
     check_uuid_texts,
     proto_uuid_kind,
     uuid_from_text,
@@ -74,6 +75,12 @@ class MessageType(Generic[M]):
 
     def from_decoded_many(self, values: list[Any]) -> list[M]:
         return [self.from_decoded(v) for v in values]
+
+    def from_decoded_many_uuids(self, values: list[Any]) -> tuple[list[M], list[int] | None]:
+        """`from_decoded_many` and, when this type can tell them in one batch, the
+        messages' UUIDs (0 for none), so readers need not parse each UUID again;
+        None: ask each message's `get_uuid`."""
+        return self.from_decoded_many(values), None
 
     def from_protobuf(self, data: bytes | memoryview) -> M:
         raise ValidationError("message_type", f"{_name(self.cls)} is not a protobuf message")
@@ -137,10 +144,17 @@ class _DictType(MessageType[M]):
         return msg
 
     def from_decoded_many(self, values: list[Any]) -> list[M]:
+        return self.from_decoded_many_uuids(values)[0]
+
+    def from_decoded_many_uuids(self, values: list[Any]) -> tuple[list[M], list[int] | None]:
         msgs: list[M] = list(map(self.cls, values))
-        if self.check:
-            check_uuid_texts(list(map(dict.get, values, repeat(UUID_FIELD))))
-        return msgs
+        if not self.check:
+            return msgs, None
+        texts = list(map(dict.get, values, repeat(UUID_FIELD)))
+        uuids = canonical_uuid_ints(texts)
+        if uuids is None:
+            check_uuid_texts(texts)
+        return msgs, uuids
 
     def to_builtins(self, message: M) -> Any:
         return message
@@ -217,6 +231,17 @@ class _MsgspecType(MessageType[M]):
     def from_decoded_many(self, values: list[Any]) -> list[M]:
         _check_many(self.cls, self.check, values)
         return values
+
+    def from_decoded_many_uuids(self, values: list[Any]) -> tuple[list[M], list[int] | None]:
+        if not self.check:
+            return values, None
+        if issubclass(self.cls, UuidText):
+            texts = list(map(attrgetter(UUID_FIELD), values))
+            uuids = canonical_uuid_ints(texts)
+            if uuids is None:
+                check_uuid_texts(texts)
+            return values, uuids
+        return self.from_decoded_many(values), None
 
     def to_builtins(self, message: M) -> Any:
         return msgspec.to_builtins(message)

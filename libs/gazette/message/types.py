@@ -34,9 +34,12 @@ How framings make messages of these types (and of any class) from what they deco
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import lshift, or_
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, final
 
 from google.protobuf.message import Message as _ProtoBase
@@ -58,6 +61,7 @@ __all__ = [
     "ProtoMessage",
     "PydanticMessage",
     "UuidText",
+    "canonical_uuid_ints",
     "check_uuid_texts",
     "proto_uuid_kind",
     "uuid_from_text",
@@ -104,23 +108,33 @@ def uuid_from_text(value: object, field: str = UUID_FIELD) -> int | None:
 _HEX_AND_DASH = b"0123456789abcdefABCDEF-"
 
 
-def check_uuid_texts(values: Sequence[object], field: str = UUID_FIELD) -> None:
-    """Validate many ``uuid`` field values as `uuid_from_text` does, raising on the first
-    bad one. All-canonical batches are checked at once, in a few C-level passes."""
+def canonical_uuid_ints(values: Sequence[object]) -> list[int] | None:
+    """The UUIDs (ints) of many ``uuid`` field values when every one is canonical v1 text
+    (what `to_str` writes), checked and converted in a few C-level passes; None when
+    any is not (missing, another spelling, or not a UUID): ask `uuid_from_text`."""
     n = len(values)
     if not n:
-        return
+        return []
     try:
         text = "".join(values).encode("ascii")  # type: ignore[arg-type]
     except (TypeError, UnicodeEncodeError):
-        text = b""
-    if (len(text) == 36 * n and min(map(len, values)) == 36  # type: ignore[arg-type]
+        return None
+    if not (len(text) == 36 * n and min(map(len, values)) == 36  # type: ignore[arg-type]
             and not text.translate(None, _HEX_AND_DASH)
             and text.count(b"-") == 4 * n
             and text[8::36].count(b"-") == n and text[13::36].count(b"-") == n
             and text[18::36].count(b"-") == n and text[23::36].count(b"-") == n
             and text[14::36].count(b"1") == n
             and not text[19::36].translate(None, b"89abAB")):
+        return None
+    halves = struct.unpack(f">{2 * n}Q", bytes.fromhex(text.replace(b"-", b"").decode()))
+    return list(map(or_, map(lshift, halves[0::2], repeat(64)), halves[1::2]))
+
+
+def check_uuid_texts(values: Sequence[object], field: str = UUID_FIELD) -> None:
+    """Validate many ``uuid`` field values as `uuid_from_text` does, raising on the first
+    bad one. All-canonical batches are checked at once (`canonical_uuid_ints`)."""
+    if canonical_uuid_ints(values) is not None:
         return
     for value in values:
         uuid_from_text(value, field)

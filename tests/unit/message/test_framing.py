@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from itertools import pairwise
 from typing import Any
 
@@ -13,13 +14,14 @@ from hypothesis import strategies as st
 import gazette.message.framing  # noqa: F401 - registers the framings
 from gazette.errors import ValidationError
 from gazette.message import uuid as uuids
-from gazette.message.base import Frame, Framing, framing_for
+from gazette.message.base import Envelope, Frame, Framing, framing_for
 from gazette.message.framing import (
     FIXED_FRAME_MAGIC,
     CsvFraming,
     FixedProtoFraming,
     NdjsonFraming,
 )
+from gazette.message.reader import read_uncommitted
 from gazette.message.types import (
     NO_ACKNOWLEDGEMENT,
     AtLeastOnce,
@@ -261,6 +263,50 @@ def test_ndjson_bad_lines_chunked(items: list[Any], data: st.DataObject) -> None
     assert len(whole) == len(items) - blank
     cuts = data.draw(st.lists(st.integers(0, len(encoded)), max_size=8))
     assert decode_in_chunks(framing, encoded, cuts) == whole
+
+
+class _FramesOnly:
+    """A framing without the `decode_envelopes` fast path: readers decode frames."""
+
+    def __init__(self, framing: Framing) -> None:
+        self.content_type, self.decode, self.encode = (
+            framing.content_type, framing.decode, framing.encode)
+
+
+other_uuid_lines = st.sampled_from([
+    b'{"uuid": "%s"}\n' % V1.upper().encode(), b'{"uuid": "{%s}"}\n' % V1.encode(),
+    b'{"uuid": "%s"}\n' % V1.replace("-", "").encode(), b'{"uuid": null}\n',
+    b'{"uuid": ""}\n'])
+
+
+@FAST
+@given(st.lists(st.one_of(json_messages, bad_lines, other_uuid_lines), max_size=12),
+       st.data())
+def test_ndjson_envelope_fast_path_reads_what_frames_read(items: list[Any],
+                                                          data: st.DataObject) -> None:
+    """read_uncommitted's fast path (envelopes straight from NdjsonFraming, UUIDs
+    converted in one batch) gives the envelopes, errors and UUIDs of the frame path,
+    over bad lines, other UUID spellings and any chunking."""
+    framing = NdjsonFraming()
+    encoded = b"".join(i if isinstance(i, bytes) else framing.encode([i]) for i in items)
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(encoded)), max_size=6))))
+    offset = data.draw(st.integers(0, 1 << 40))
+
+    async def read(f: Any) -> tuple[list[Envelope], list[tuple[int, int]]]:
+        errors: list[tuple[int, int]] = []
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for a, b in pairwise([0, *cuts, len(encoded)]):
+                yield encoded[a:b]
+
+        envs = [e async for batch in read_uncommitted(
+            "j", chunks(), f, offset, lambda err: errors.append((err.begin, err.end)))
+            for e in batch]
+        return envs, errors
+
+    fast, slow = asyncio.run(read(framing)), asyncio.run(read(_FramesOnly(framing)))
+    assert fast == slow
+    assert [e.uuid for e in fast[0]] == [e.message.get_uuid() or 0 for e in fast[0]]
 
 
 @FAST

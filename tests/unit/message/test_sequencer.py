@@ -164,6 +164,35 @@ def test_restoring_from_producer_states_continues_the_same(
     assert keys(head + tail) == sc.expected
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.integers(1, 12), st.data())
+def test_queue_all_in_batches_is_the_same_as_queue_one_by_one(
+    sc: Scenario, buffer: int, data: st.DataObject
+) -> None:
+    """queue_all inlines the common case (a CONTINUE_TXN message): batches of any size
+    give what queueing one at a time gives, counters and checkpoints included."""
+    one = Sequencer(buffer=buffer)
+    expected = sequence(one, sc.log, sc)
+    batched = Sequencer(buffer=buffer)
+    out: list[Envelope] = []
+    i = 0
+    while i < len(sc.log):
+        n = data.draw(st.integers(1, 8))
+        batched.queue_all(sc.log[i:i + n])
+        i += n
+        while True:
+            try:
+                out.extend(batched.drain())
+            except ReplayRequired as r:
+                batched.start_replay(sc.replay(r.journal, r.begin, r.end))
+                continue
+            if not batched.ready:
+                break
+    assert keys(out) == keys(expected) == sc.expected
+    assert (batched.duplicates, batched.rolled_back) == (one.duplicates, one.rolled_back)
+    assert batched.producer_states() == one.producer_states()
+
+
 def env(journal: str, offset: int, producer: int, clock: int, flags: Flags) -> Envelope:
     u = muuid.build(producer, clock, flags)
     return Envelope(journal, offset, offset + FRAME, None, u)
