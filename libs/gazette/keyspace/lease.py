@@ -60,9 +60,11 @@ class Lease:
         return self._expires_at - time.monotonic()
 
     async def keep_alive(self) -> None:
-        """Refresh every TTL/3 until cancelled; sets `lost` and raises `LeaseLost` when
-        etcd says the lease is gone or it could not be refreshed before expiring."""
-        interval = max(self.ttl / 3, 0.5)
+        """Refresh every TTL/4 until cancelled; sets `lost` and raises `LeaseLost` when
+        etcd says the lease is gone or it could not be refreshed before expiring. (The
+        lease survives a stall of TTL minus the interval after its last refresh: 3 s
+        at the default TTL of 4 s.)"""
+        interval = max(self.ttl / 4, 0.5)
         while not self.lost.is_set():
             try:
                 await self._keep_alive_stream(interval)
