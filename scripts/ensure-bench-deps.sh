@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the benchmarks need beyond PyPI and scripts/ensure-system-deps.sh:
-# nats-server (benchmarks/consumer_bench.py runs its NATS JetStream baseline against it)
+# nats-server (benchmarks/consumer_bench.py runs its NATS JetStream baseline against it;
+# benchmarks/peers.py runs our broker side by side with it and redis-server)
 # and redis-server.
 # Installs them with apt when missing and we are root; otherwise says what to install. Fast (a few file checks) when everything is present.
 set -euo pipefail
