@@ -28,12 +28,13 @@ from gazette.fragment.store import (
     FragmentNotFound,
     FragmentStore,
     S3Store,
+    SealedFile,
     StoreError,
     aclose_all,
     client_pool,
     store_for,
 )
-from gazette.fragment.store.file import TEMP_PREFIX
+from gazette.fragment.store.file import FILE_MODE, TEMP_PREFIX
 from gazette.protocol import CompressionCodec
 from tests.fixtures.s3 import S3Bucket, S3Server
 
@@ -211,6 +212,33 @@ async def test_file_store_copies_a_local_file_where_the_kernel_cannot(
     await store.put(frag, local)
     assert calls == 2
     assert await read_all(store, frag) == CONTENT
+    await store.close()
+
+
+async def test_file_store_links_a_sealed_file_and_copies_where_it_cannot_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `SealedFile` (a closed spool) on the store's file system is hard-linked, not
+    copied, with the mode a copy would get; across file systems (EXDEV) it is copied.
+    Either way the object is whole and outlives the local file."""
+    store = store_for("file:///stores/a/", file_root=tmp_path)
+    local = tmp_path / "spool-1"
+    local.write_bytes(CONTENT)
+    local.chmod(0o600)  # as mkstemp makes spools
+    linked = fragment(codec=CompressionCodec.NONE)
+    await store.put(linked, SealedFile(local))
+    stored = store.path_of(linked)  # type: ignore[attr-defined]
+    assert stored.stat().st_ino == local.stat().st_ino
+    assert stored.stat().st_mode & 0o777 == FILE_MODE
+    local.unlink()
+    assert await read_all(store, linked) == CONTENT
+
+    local.write_bytes(CONTENT)
+    monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(errno.EXDEV, "Invalid cross-device link")))
+    copied = fragment(begin=len(CONTENT), codec=CompressionCodec.NONE)
+    await store.put(copied, SealedFile(local))
+    assert store.path_of(copied).stat().st_ino != local.stat().st_ino  # type: ignore[attr-defined]
+    assert await read_all(store, copied) == CONTENT
     await store.close()
 
 

@@ -37,7 +37,7 @@ from prometheus_client import Counter, Gauge
 from gazette.fragment.codec import Compressor
 from gazette.fragment.fragment import Fragment
 from gazette.fragment.spool import ClosedSpool
-from gazette.fragment.store.base import FragmentStore, StoreError
+from gazette.fragment.store.base import FragmentStore, SealedFile, StoreError
 from gazette.protocol import CompressionCodec
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,8 @@ class Persister:
             if upload.stored is None:
                 upload.stored = await asyncio.to_thread(_compressed_file, upload.spool.path,
                                                         frag)
-            await upload.store.put(frag, upload.stored)
+            # Sealed: neither the closed spool nor its compressed copy changes again.
+            await upload.store.put(frag, SealedFile(upload.stored))
         except FileNotFoundError as exc:
             if upload.stored is None or not upload.stored.exists():
                 LOST.inc()

@@ -17,6 +17,7 @@ from gazette.fragment.store.base import (
     FragmentNotFound,
     FragmentStore,
     PutData,
+    SealedFile,
     StoreError,
     not_a_store,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "PutData",
     "S3ClientPool",
     "S3Store",
+    "SealedFile",
     "StoreError",
     "aclose_all",
     "client_pool",

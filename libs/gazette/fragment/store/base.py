@@ -85,6 +85,23 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+class SealedFile(os.PathLike[str]):
+    """A local file given to `put` that will never change again (a closed spool, or its
+    compressed copy, each removed after the put): a store on the same file system may
+    link it instead of copying it."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        self.path = Path(path)
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __repr__(self) -> str:
+        return f"SealedFile({str(self.path)!r})"
+
+
 #: Bytes held in memory, as `put` accepts them.
 Payload: TypeAlias = bytes | bytearray | memoryview
 

@@ -34,6 +34,7 @@ from gazette.fragment.store.base import (
     FragmentStore,
     Payload,
     PutData,
+    SealedFile,
     StoreError,
     check_range,
     not_a_store,
@@ -106,8 +107,9 @@ class FileStore(FragmentStore):
     async def put(self, fragment: Fragment, data: PutData) -> None:
         path = self.path_of(fragment)
         payload, source = split_put_data(data)
+        link = isinstance(data, SealedFile)
         try:
-            await asyncio.to_thread(_write_atomically, path, payload, source)
+            await asyncio.to_thread(_write_atomically, path, payload, source, link)
         except OSError as exc:
             if (source is not None and exc.filename is not None
                     and os.fspath(exc.filename) == os.fspath(source)):
@@ -151,11 +153,28 @@ def _close_opened(opening: asyncio.Future[int]) -> None:
         os.close(opening.result())
 
 
-def _write_atomically(path: Path, payload: Payload | None, source: Path | None) -> None:
-    """Write `payload` (or copy `source`) to a temp file beside `path`, fsync it, rename it
-    to `path` and fsync the folder, so `path` is absent or whole, even across a crash."""
+def _write_atomically(path: Path, payload: Payload | None, source: Path | None,
+                      link: bool = False) -> None:
+    """Write `payload` (or copy `source`, or with `link` hard-link it where the file
+    system allows) to a temp file beside `path`, fsync it, rename it to `path` and fsync
+    the folder, so `path` is absent or whole, even across a crash."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f"{TEMP_PREFIX}{secrets.token_hex(8)}-{path.name}"
+    if link and source is not None and _link(source, tmp):
+        try:
+            os.chmod(tmp, FILE_MODE)  # (a spool is 0600; a copy gets 0666 less the umask)
+            fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _fsync_dir(path.parent)
+        return
     # Not mkstemp: its 0600 mode would hide fragments from other local readers of the
     # signed file:// URLs; with 0666 the process umask decides, as for any file.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -174,6 +193,32 @@ def _write_atomically(path: Path, payload: Payload | None, source: Path | None) 
             tmp.unlink()
         raise
     _fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    """This process' umask, read without changing it (os.umask would, racing threads)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+#: The mode of a stored fragment: what a new file of mode 0666 gets (see `put`).
+FILE_MODE = 0o666 & ~_umask()
+
+
+def _link(source: Path, tmp: Path) -> bool:
+    """Hard-link `source` as `tmp` (no byte copied, nor written to disk twice); False
+    where the file systems cannot (another file system, or links not supported)."""
+    try:
+        os.link(source, tmp)
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP,
+                         errno.EOPNOTSUPP):
+            return False
+        raise
+    return True
 
 
 def _copy_file(src: BinaryIO, out: BinaryIO) -> None:
