@@ -266,6 +266,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5, help="failover trials (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
+    if args.busy_seconds < 0:
+        parser.error("--busy-seconds: 0 or more")
+    if args.trials < 1:
+        parser.error("--trials: at least 1")
     run_with_etcd("gazette-failover-", args.keep,
                   lambda endpoint, tmp: run(endpoint, tmp, args.busy_seconds, args.trials))
 
