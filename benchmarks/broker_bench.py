@@ -53,6 +53,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -511,6 +512,14 @@ async def bench_failover(procs: dict[str, asyncio.subprocess.Process],
     """Seconds from SIGKILL of the failover journal's `primary` to the next append a
     writer (through a broker that stays) gets acknowledged."""
     through = next(a for a in procs if a != primary)
+    return await failover_seconds(through, "cluster/failover", procs[primary].kill)
+
+
+async def failover_seconds(through: str, journal: str, kill: Callable[[], None],
+                           watch: Callable[[float], None] | None = None) -> float:
+    """Seconds from `kill()` (of `journal`'s primary) to the next append acknowledged
+    to a writer appending all along through the broker at `through`. `watch(seconds
+    since the kill)` is called every 20 ms meanwhile."""
     acked_at: list[float] = []
     acked = asyncio.Event()
     stop = asyncio.Event()
@@ -520,7 +529,7 @@ async def bench_failover(procs: dict[str, asyncio.subprocess.Process],
         async with JournalClient(through, retry=retry) as client:
             while not stop.is_set():
                 with contextlib.suppress(Exception):  # uncertain: keep appending
-                    await client.append("cluster/failover", b"tick\n")
+                    await client.append(journal, b"tick\n")
                     acked_at.append(time.monotonic())
                     acked.set()
 
@@ -531,10 +540,13 @@ async def bench_failover(procs: dict[str, asyncio.subprocess.Process],
                 acked.clear()
                 await acked.wait()
             killed_at = time.monotonic()
-            procs[primary].kill()
+            kill()
             while acked_at[-1] <= killed_at:
                 acked.clear()
-                await acked.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(acked.wait(), 0.02)
+                if watch is not None:
+                    watch(time.monotonic() - killed_at)
         return next(t for t in acked_at if t > killed_at) - killed_at
     finally:
         stop.set()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import signal
 import statistics
@@ -39,6 +38,7 @@ from broker_bench import (  # type: ignore[import-not-found]
     TUNABLES,
     cluster_broker_args,
     consistent_route,
+    failover_seconds,
     log,
     start_cluster,
 )
@@ -172,48 +172,23 @@ async def busy_phase(cluster: Cluster, keyspace: KeySpace[object], layout: Layou
 async def failover_trial(cluster: Cluster, keyspace: KeySpace[object], layout: Layout,
                          journal: str) -> float:
     """Seconds from SIGKILL of `journal`'s primary to the next append acknowledged
-    through another broker; then the killed broker is started again."""
+    through another broker (logging when the lease expired and the route moved); then
+    the killed broker is started again."""
     primary = (await settled(keyspace, layout))[journal]
     through = next(a for a in cluster.procs if a != primary)
-    acked_at: list[float] = []
-    acked = asyncio.Event()
-    stop = asyncio.Event()
+    steps: dict[str, float] = {}
 
-    async def write() -> None:
-        retry = RetryPolicy(attempts=1000, initial_delay=0.05, max_delay=0.1)
-        async with JournalClient(through, retry=retry) as client:
-            while not stop.is_set():
-                with contextlib.suppress(Exception):  # uncertain: keep appending
-                    await client.append(journal, b"tick\n")
-                    acked_at.append(time.monotonic())
-                    acked.set()
+    def watch(now: float) -> None:
+        if len(keyspace.prefixed(layout.members)) < 3:
+            steps.setdefault("lease expired", now)
+        route = consistent_route(keyspace, layout, journal, 2)
+        if route is None:
+            steps.setdefault("reassigning", now)
+        elif route[0] != primary:
+            steps.setdefault("new route acknowledged", now)
 
-    writer = asyncio.create_task(write())
-    try:
-        async with asyncio.timeout(120):
-            while len(acked_at) < 50:
-                acked.clear()
-                await acked.wait()
-            killed_at = time.monotonic()
-            cluster.procs[primary].kill()
-            steps: dict[str, float] = {}
-            while acked_at[-1] <= killed_at:
-                acked.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(acked.wait(), 0.02)
-                now = time.monotonic() - killed_at
-                if len(keyspace.prefixed(layout.members)) < 3:
-                    steps.setdefault("lease expired", now)
-                route = consistent_route(keyspace, layout, journal, 2)
-                if route is None:
-                    steps.setdefault("reassigning", now)
-                elif route[0] != primary:
-                    steps.setdefault("new route acknowledged", now)
-            log("  " + ", ".join(f"{k} at {v:.2f}s" for k, v in steps.items()))
-        failover = next(t for t in acked_at if t > killed_at) - killed_at
-    finally:
-        stop.set()
-        await writer
+    failover = await failover_seconds(through, journal, cluster.procs[primary].kill, watch)
+    log("  " + ", ".join(f"{k} at {v:.2f}s" for k, v in steps.items()))
     await cluster.restart(primary)
     return failover
 

@@ -66,12 +66,10 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import argparse
 import asyncio
 import contextlib
-import json
 import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -90,7 +88,7 @@ from peer_targets import (  # type: ignore[import-not-found]
     connect,
     tail_writer,
 )
-from scale_bench import run_with_etcd  # type: ignore[import-not-found]
+from scale_bench import run_in_temp_dir, run_with_etcd  # type: ignore[import-not-found]
 
 MiB, GiB = 1 << 20, 1 << 30
 SMALL_RATE = 1000
@@ -436,18 +434,7 @@ async def run(etcd_endpoint: str | None, workdir: Path, systems: list[str],
 def run_without_etcd(main: Callable[[str | None, Path], Coroutine[Any, Any, dict[str, object]]],
                      keep: bool) -> None:
     """As `run_with_etcd`, for runs without ours: no etcd to start."""
-    tmp = Path(tempfile.mkdtemp(prefix="gazette-peers-"))
-    try:
-        result = uvloop.run(main(None, tmp))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: every process this benchmark started is stopped")
-        sys.exit(130)
-    finally:
-        if keep:
-            log(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(result))
+    run_in_temp_dir("gazette-peers-", keep, lambda tmp: uvloop.run(main(None, tmp)))
 
 
 def main() -> None:

@@ -820,10 +820,21 @@ def run_with_etcd(prefix: str, keep: bool,
     """Run `main(etcd endpoint, temp dir)` on uvloop over an etcd of its own in a temp
     dir (kept with `keep`), and print its figures as the last line. Ctrl-C or SIGTERM
     stops every process it started (exit 130)."""
+
+    def run(tmp: Path) -> dict[str, object]:
+        with EmbeddedEtcd(tmp / "etcd") as etcd:
+            return uvloop.run(main(etcd.endpoint, tmp))
+
+    run_in_temp_dir(prefix, keep, run)
+
+
+def run_in_temp_dir(prefix: str, keep: bool, run: Callable[[Path], dict[str, object]]
+                    ) -> None:
+    """`run(temp dir)` (kept with `keep`), its figures printed as the last line; Ctrl-C
+    or SIGTERM (which `run` turns into a cancellation) exits 130."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        with EmbeddedEtcd(tmp / "etcd") as etcd:
-            result = uvloop.run(main(etcd.endpoint, tmp))
+        result = run(tmp)
     except (KeyboardInterrupt, asyncio.CancelledError):
         log("interrupted: every process this benchmark started is stopped")
         sys.exit(130)

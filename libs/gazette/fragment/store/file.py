@@ -160,33 +160,27 @@ def _write_atomically(path: Path, payload: Payload | None, source: Path | None,
     the folder, so `path` is absent or whole, even across a crash."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f"{TEMP_PREFIX}{secrets.token_hex(8)}-{path.name}"
-    if link and source is not None and _link(source, tmp):
-        try:
+    linked = link and source is not None and _link(source, tmp)
+    try:
+        if linked:
             os.chmod(tmp, FILE_MODE)  # (a spool is 0600; a copy gets 0666 less the umask)
             fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        _fsync_dir(path.parent)
-        return
-    # Not mkstemp: its 0600 mode would hide fragments from other local readers of the
-    # signed file:// URLs; with 0666 the process umask decides, as for any file.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        with open(fd, "wb") as out:
-            if payload is not None:
-                out.write(payload)
-            elif source is not None:
-                with open(source, "rb") as src:
-                    _copy_file(src, out)
-            out.flush()
-            os.fsync(out.fileno())
+        else:
+            # Not mkstemp: its 0600 mode would hide fragments from other local readers
+            # of the signed file:// URLs; with 0666 the process umask decides.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            with open(fd, "wb") as out:
+                if payload is not None:
+                    out.write(payload)
+                elif source is not None:
+                    with open(source, "rb") as src:
+                        _copy_file(src, out)
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
