@@ -49,14 +49,19 @@ GRPC_SERVER_OPTIONS = [
 ]
 
 
-def grpc_server_on(bind: str, port: int, what: str) -> tuple[grpc.aio.Server, int]:
+def grpc_server_on(bind: str, port: int, what: str,
+                   credentials: grpc.ServerCredentials | None = None,
+                   interceptors: Sequence[Any] = ()) -> tuple[grpc.aio.Server, int]:
     """A gRPC server listening on `bind` ("" = all interfaces) and `port` (0 = a free
-    one), and its port. A port in use (or an address not this host's) is an `OSError`
-    saying so, at once, before anything waits for etcd."""
-    server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
+    one), over TLS with `credentials`, calls passing through `interceptors`; and its
+    port. A port in use (or an address not this host's) is an `OSError` saying so, at
+    once, before anything waits for etcd."""
+    server = grpc.aio.server(options=GRPC_SERVER_OPTIONS,
+                             interceptors=list(interceptors) or None)
     address = f"{bind or '[::]'}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        bound = server.add_secure_port(address, credentials) if credentials is not None \
+            else server.add_insecure_port(address)
     except RuntimeError:
         bound = 0
     if not bound:
@@ -74,6 +79,45 @@ def default_member_suffix(fallback: str) -> str:
 
 #: (flag, environment variable, config field, type, help)
 Flag = tuple[str, str, str, Callable[[str], Any], str]
+
+
+def flag_bool(text: str) -> bool:
+    """A boolean flag's value: true/false, yes/no, on/off, 1/0."""
+    value = text.strip().lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0", ""):
+        return False
+    raise ValueError(f"{text!r} is not true or false")
+
+
+flag_bool.__name__ = "boolean (true/false)"
+
+#: The security flags of a serving member (fields of `gazette.auth.SecurityConfig`).
+SECURITY_FLAGS: list[Flag] = [
+    ("--tls.cert-file", "TLS_CERT_FILE", "tls_cert_file", str,
+     "PEM certificate chain of the gRPC and HTTP listeners (TLS on when set), also the "
+     "client certificate toward other members; re-read when it changes"),
+    ("--tls.key-file", "TLS_KEY_FILE", "tls_key_file", str,
+     "PEM private key of --tls.cert-file"),
+    ("--tls.ca-file", "TLS_CA_FILE", "tls_ca_file", str,
+     "PEM CA bundle verifying the members this one calls (and clients, with mTLS)"),
+    ("--tls.client-auth", "TLS_CLIENT_AUTH", "tls_client_auth", flag_bool,
+     "require client certificates signed by --tls.ca-file (mutual TLS)"),
+    ("--auth.keys-file", "AUTH_KEYS_FILE", "auth_keys_file", str,
+     "file of the cluster's token signing keys (base64, separated by whitespace or "
+     "commas; the first signs, all verify): every request then needs a bearer token"),
+    ("--auth.token", "AUTH_TOKEN", "auth_token", str,
+     "bearer token of this member's own calls, when it has no keys"),
+    ("--etcd.cert-file", "ETCD_CERT_FILE", "etcd_cert_file", str,
+     "PEM client certificate toward etcd (with an https:// --etcd.address)"),
+    ("--etcd.key-file", "ETCD_KEY_FILE", "etcd_key_file", str,
+     "PEM private key of --etcd.cert-file"),
+    ("--etcd.ca-file", "ETCD_CA_FILE", "etcd_ca_file", str,
+     "PEM CA bundle verifying etcd's certificate"),
+    ("--log.access", "LOG_ACCESS", "log_access", flag_bool,
+     "log one line per gRPC call: method, status, seconds, peer, caller"),
+]
 
 
 def add_log_flags(parser: argparse.ArgumentParser) -> None:

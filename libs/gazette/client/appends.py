@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from gazette import names
+from gazette.auth import open_channel
 from gazette.client.connection import (
     _Appender,
     _check_offset,
@@ -145,7 +146,7 @@ class Appends(Reads):
             return self._broker
         appender = self._appenders.get(target)
         if appender is None:
-            channel = grpc.aio.insecure_channel(target, options=self._options)
+            channel = open_channel(target, self._options, self.auth)
             appender = self._appenders[target] = _Appender(channel)
         return appender
 

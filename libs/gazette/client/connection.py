@@ -11,6 +11,7 @@ from typing import Any, Self
 
 import grpc
 
+from gazette.auth import PLAIN, ClientAuth, open_channel
 from gazette.client.errors import Unavailable
 from gazette.client.retry import (
     Backoff,
@@ -74,6 +75,15 @@ def checked_settings(retry: RetryPolicy | None, timeout: float,
     return retry or RetryPolicy(), timeout, list(options.items())
 
 
+def checked_auth(auth: object) -> ClientAuth:
+    """A client's `ClientAuth` (None: plain text, no token), checked."""
+    if auth is None:
+        return PLAIN
+    if not isinstance(auth, ClientAuth):
+        raise ValidationError("auth", f"expected a ClientAuth, got {type(auth).__name__}")
+    return auth
+
+
 class _Appender:
     """The append calls of one channel (the client's own, or a primary's)."""
 
@@ -94,12 +104,15 @@ class Connection:
 
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
                  channel_options: Sequence[tuple[str, Any]] = (),
-                 timeout: float = 30.0, route_appends: bool = False) -> None:
+                 timeout: float = 30.0, route_appends: bool = False,
+                 auth: ClientAuth | None = None) -> None:
         self.address = parse_address(address)
         self.route_appends = route_appends
         self.retry, self.timeout, self._options = checked_settings(retry, timeout,
                                                                    channel_options)
-        self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
+        #: TLS and the bearer token every call presents.
+        self.auth = checked_auth(auth)
+        self._channel = open_channel(self.address, self._options, self.auth)
         self._stub = broker_pb2_grpc.JournalStub(self._channel)
         self._closed = False
         self._broker = _Appender(self._channel)

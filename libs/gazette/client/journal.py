@@ -45,5 +45,7 @@ class JournalClient(Appends, Specs):
     target such as ``unix:/path``. `retry` governs retries of transport failures;
     `timeout` bounds each unary request (listings, applies, metadata reads; not appends
     and reads, which may stream for long); `channel_options` are added to (and override)
-    the client's gRPC channel options. Safe to share between tasks of one event loop.
+    the client's gRPC channel options; `auth` (a `gazette.auth.ClientAuth`) gives TLS
+    files and the bearer token each call presents. Safe to share between tasks of one
+    event loop.
     """

@@ -22,7 +22,8 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from gazette import names
-from gazette.client.connection import _check_offset, _selector, checked_settings
+from gazette.auth import ClientAuth, open_channel
+from gazette.client.connection import _check_offset, _selector, checked_auth, checked_settings
 from gazette.client.errors import ApplyConflict, BrokerError, Unavailable
 from gazette.client.retry import Backoff, RetryPolicy
 from gazette.client.specs import Applied
@@ -151,11 +152,12 @@ class ShardClient:
     `retry` governs retries of transport failures."""
 
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
-                 timeout: float = 30.0, channel_options: Sequence[tuple[str, Any]] = ()
-                 ) -> None:
+                 timeout: float = 30.0, channel_options: Sequence[tuple[str, Any]] = (),
+                 auth: ClientAuth | None = None) -> None:
         self.address = parse_address(address)
         self.retry, self.timeout, options = checked_settings(retry, timeout, channel_options)
-        self._channel = grpc.aio.insecure_channel(self.address, options=options)
+        self.auth = checked_auth(auth)
+        self._channel = open_channel(self.address, options, self.auth)
         self._stub = consumer_pb2_grpc.ShardStub(self._channel)
         self._closed = False
 

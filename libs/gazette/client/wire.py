@@ -42,8 +42,9 @@ _PASS_THROUGH = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")
 
 
 def parse_address(address: object) -> str:
-    """The gRPC target of a broker address: ``host:port``, ``http://host:port`` or
-    ``grpc://host:port`` (the scheme is dropped), or a gRPC target such as
+    """The gRPC target of a broker address: ``host:port``, ``http://host:port``,
+    ``grpc://host:port`` or their TLS spellings ``https://``, ``grpcs://`` (the scheme
+    is dropped: TLS is the client's `ClientAuth`), or a gRPC target such as
     ``unix:/path`` or ``dns:///host:port`` as it is."""
     if not isinstance(address, str):
         raise ValidationError("address", f"expected host:port, got {short_repr(address)}")
@@ -54,7 +55,7 @@ def parse_address(address: object) -> str:
         return text
     scheme, sep, rest = text.partition("://")
     if sep:
-        if scheme not in ("http", "grpc"):
+        if scheme not in ("http", "grpc", "https", "grpcs"):
             raise ValidationError("address", f"{address!r}: scheme {scheme!r} is not "
                                   "supported (use host:port, http:// or grpc://)")
         text = rest.rstrip("/")

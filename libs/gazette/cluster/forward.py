@@ -7,6 +7,10 @@ so the member that gets it answers itself or refuses, never forwarding again. Wh
 back is passed through as received. A forward that fails aborts the caller's RPC with
 the status the other member gave (a cancelled one as UNAVAILABLE: the caller may retry),
 naming the member it went to.
+
+A forward carries the caller's token, not this member's: the member that serves the item
+authorizes the caller itself. Calls a member makes on its own behalf (a primary's
+Replicate streams) carry its own token (`Channels.own`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import grpc
 from google.protobuf.message import Message
 from prometheus_client import Counter
 
+from gazette.auth import ClientAuth, ServiceToken, TLSFiles, bearer, current_caller, open_channel
 from gazette.client.wire import CHANNEL_OPTIONS, parse_address
 from gazette.pb import broker_pb2 as pb
 
@@ -33,20 +38,36 @@ R = TypeVar("R")
 
 
 class Channels:
-    """gRPC channels to other members, one per endpoint, closed together."""
+    """gRPC channels to other members, one per endpoint, closed together; over TLS
+    with `tls` (opened again once its files change: a rotated client certificate), with
+    no token of their own: each call says whose authority it carries (`own`, or the
+    caller's `forward_unary`/`forward_stream` pass on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TLSFiles | None = None, token: ServiceToken | None = None
+                 ) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._retired: list[grpc.aio.Channel] = []
+        self._tls, self._token = tls, token
+        self._signature = tls.signature() if tls is not None else ()
 
     def get(self, endpoint: str) -> grpc.aio.Channel:
+        if self._tls is not None and self._tls.signature() != self._signature:
+            self._signature = self._tls.signature()
+            self._retired.extend(self._channels.values())  # in-flight calls finish
+            self._channels.clear()
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
-                parse_address(endpoint), options=CHANNEL_OPTIONS)
+            channel = self._channels[endpoint] = open_channel(
+                parse_address(endpoint), CHANNEL_OPTIONS, ClientAuth(self._tls))
         return channel
 
+    def own(self) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call this member makes itself: its own token."""
+        return bearer(self._token.current()) if self._token is not None else ()
+
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
+        channels, self._channels = [*self._channels.values(), *self._retired], {}
+        self._retired = []
         await asyncio.gather(*(c.close(grace=None) for c in channels),
                              return_exceptions=True)
 
@@ -93,7 +114,8 @@ async def forward_unary(channels: Channels, endpoint: str, method: str,
     call = channels.get(endpoint).unary_unary(
         method, request_serializer=_serialize, response_deserializer=decode)
     try:
-        return await call(request, timeout=PROXY_ANSWER_SECONDS)  # type: ignore[no-any-return]
+        return await call(request, timeout=PROXY_ANSWER_SECONDS,  # type: ignore[no-any-return]
+                          metadata=current_caller().metadata)
     except grpc.aio.AioRpcError as err:
         await _abort(context, err, what, endpoint)
 
@@ -106,7 +128,8 @@ async def forward_stream(channels: Channels, endpoint: str, method: str,
     (``contextlib.aclosing``) so the call ends with the caller's."""
     FORWARDED.labels(rpc_name(method)).inc()
     call = channels.get(endpoint).unary_stream(
-        method, request_serializer=_serialize, response_deserializer=_as_is)(request)
+        method, request_serializer=_serialize, response_deserializer=_as_is)(
+            request, metadata=current_caller().metadata)
     try:
         async for raw in call:
             yield raw

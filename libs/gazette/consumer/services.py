@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from aiohttp import web
 
+from gazette.auth import current_caller
 from gazette.cluster import FORWARDED
 from gazette.consumer.app import Shard
 from gazette.errors import ValidationError
@@ -114,5 +115,6 @@ class AppServices:
         call = member.channels.get(endpoint).unary_unary(
             path, request_serializer=None, response_deserializer=None)
         answer: bytes = await call(request, timeout=timeout,
-                                   metadata=((FORWARDED_KEY, "1"),))
+                                   metadata=((FORWARDED_KEY, "1"),
+                                             *current_caller().metadata))
         return answer

@@ -1,8 +1,10 @@
 """A small typed etcd v3 client: the one module that talks to etcd.
 
-It rides on `aetcd` for the channel and the generated etcd stubs, but calls the raw RPCs
-itself, because the keyspace needs what aetcd's wrappers drop: the response header's
-revision, paged range reads pinned to one revision, and watch progress requests.
+It rides on `aetcd` for the generated etcd stubs, opens its own channel (plain, or TLS
+for an ``https://`` endpoint: etcd's own client TLS, mutual if a client certificate is
+given), and calls the raw RPCs itself, because the keyspace needs what aetcd's wrappers
+drop: the response header's revision, paged range reads pinned to one revision, and
+watch progress requests.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-import aetcd
 import grpc
 from aetcd import rpc
 
+from gazette.auth import TLSFiles
 from gazette.errors import GazetteError, ValidationError
 
 #: Reconnect fast after etcd restarts, and notice a dead peer within ~15 s.
@@ -88,40 +90,57 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``http://host:port`` (or ``host:port``) of an etcd client endpoint."""
+    """``http://host:port``, ``https://host:port`` (or ``host:port``) of an etcd client
+    endpoint."""
     text = endpoint if "://" in endpoint else f"http://{endpoint}"
     try:
         parts = urllib.parse.urlsplit(text)
         port = parts.port or 2379
     except ValueError as exc:
         raise ValidationError("etcd.address", f"{endpoint!r} is not a URL: {exc}") from None
-    if parts.scheme not in ("http", "unix") or not parts.hostname:
-        raise ValidationError("etcd.address", f"{endpoint!r} must look like http://host:port")
+    if parts.scheme not in ("http", "https", "unix") or not parts.hostname:
+        raise ValidationError("etcd.address", f"{endpoint!r} must look like http://host:port "
+                              "(https:// for TLS)")
     return parts.hostname, port
 
 
 class Etcd:
-    """A connection to etcd. Use ``async with Etcd(endpoint) as etcd``."""
+    """A connection to etcd. Use ``async with Etcd(endpoint) as etcd``; an ``https://``
+    endpoint is reached over TLS with `tls` (its CA, and a client certificate if etcd
+    requires one; without `tls`, the system's CAs)."""
 
     def __init__(self, endpoint: str = "http://127.0.0.1:2379",
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, tls: TLSFiles | None = None) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
         host, port = parse_endpoint(endpoint)
-        self._client = aetcd.Client(host=host, port=port, options=CHANNEL_OPTIONS)
+        self._target = f"{host}:{port}"
+        self._tls = tls if endpoint.startswith("https://") else None
+        if endpoint.startswith("https://") and tls is None:
+            self._tls = TLSFiles()
+        if tls is not None and tls.ca_file and self._tls is None:
+            raise ValidationError("etcd.address", f"{endpoint!r}: etcd TLS files are set, "
+                                  "so the address must be https://")
+        self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
         self._lease: Any = None
 
     async def connect(self) -> None:
-        await self._client.connect()
-        channel = self._client.channel
+        options = list(CHANNEL_OPTIONS.items())
+        if self._tls is not None:
+            channel = grpc.aio.secure_channel(self._target, self._tls.channel_credentials(),
+                                              options=options)
+        else:
+            channel = grpc.aio.insecure_channel(self._target, options=options)
+        self._channel = channel
         self._kv = rpc.KVStub(channel)
         self._watch = rpc.WatchStub(channel)
         self._lease = rpc.LeaseStub(channel)
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._channel is not None:
+            await self._channel.close(None)
 
     async def __aenter__(self) -> Etcd:
         await self.connect()

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+from gazette.auth import TLSFiles
 from gazette.local.process import ComponentError, Process, free_port
 
 START_TIMEOUT = 30.0
@@ -46,10 +49,14 @@ def find_etcd_binary() -> str:
 
 
 class EmbeddedEtcd:
-    """One etcd member on 127.0.0.1 with its own data dir; restartable in place."""
+    """One etcd member on 127.0.0.1 with its own data dir; restartable in place. With
+    `tls` (a certificate, its key and a CA) it serves its clients over TLS and requires
+    client certificates signed by that CA."""
 
-    def __init__(self, workdir: Path, client_port: int = 0, fsync: bool = False) -> None:
+    def __init__(self, workdir: Path, client_port: int = 0, fsync: bool = False,
+                 tls: TLSFiles | None = None) -> None:
         self.workdir = workdir
+        self.tls = tls
         self.client_port = client_port or free_port()
         self.peer_port = free_port()
         self.data_dir = workdir / "data"
@@ -67,22 +74,33 @@ class EmbeddedEtcd:
         ]
         if not fsync:
             argv.append("--unsafe-no-fsync")  # a local cluster trades durability for speed
+        if tls is not None:
+            argv += ["--cert-file", tls.cert_file, "--key-file", tls.key_file,
+                     "--trusted-ca-file", tls.ca_file, "--client-cert-auth"]
         self.process = Process("etcd", argv, workdir / "etcd.log")
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
+
+    def _open(self, path: str) -> Any:
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=self.tls.ca_file)
+            context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+        return urllib.request.urlopen(self.endpoint + path, timeout=1, context=context)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def healthy(self) -> bool:
-        with urllib.request.urlopen(self.endpoint + "/health", timeout=1) as resp:
+        with self._open("/health") as resp:
             return bool(json.load(resp).get("health") == "true")
 
     def version(self) -> str:
-        with urllib.request.urlopen(self.endpoint + "/version", timeout=1) as resp:
+        with self._open("/version") as resp:
             return str(json.load(resp).get("etcdserver", "unknown"))
 
     def start(self) -> None:

@@ -60,12 +60,14 @@ class Broker:
                  live: Callable[[], bool] = lambda: True, *,
                  cache_bytes: int = DEFAULT_CACHE_BYTES,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 append_idle_timeout: float = DEFAULT_APPEND_IDLE_TIMEOUT) -> None:
+                 append_idle_timeout: float = DEFAULT_APPEND_IDLE_TIMEOUT,
+                 channels: Channels | None = None) -> None:
         """`me` and `etcd`: this broker's member id in a cluster (None: a lone broker);
-        `live`: whether its member lease is surely held (a primary appends only then)."""
+        `live`: whether its member lease is surely held (a primary appends only then);
+        `channels` to other brokers (their TLS, this broker's own token)."""
         self.keyspace, self.layout = keyspace, layout
         self.me, self.etcd = me, etcd
-        self.channels = Channels()
+        self.channels = channels if channels is not None else Channels()
         self.resolver = Resolver(keyspace, layout, me, JournalSpec) if me is not None \
             else None
         self.announcer = Announcer(etcd, keyspace, layout) if etcd is not None else None

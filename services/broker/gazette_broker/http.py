@@ -12,6 +12,12 @@
   head. A read that cannot start answers with a status and a one-line reason.
 - ``GET /metrics`` (Prometheus) and ``GET /healthz`` (200 while serving, else 503).
 
+With TLS (``--tls.cert-file``) the gateway serves HTTPS. With authorization on
+(``--auth.keys-file``) every journal request needs ``Authorization: Bearer <token>``
+granting ``append`` (PUT, POST) or ``read`` (GET) over the journal (its selector matched
+against the journal's labels): 401 without a valid token, 403 with one that does not
+grant the request, each with the reason. ``/metrics`` and ``/healthz`` stay open.
+
 In a cluster, a journal this broker is not primary of (appends) or holds no replica of
 (reads) goes through `forward`, a client of this broker's own gRPC service, which
 routes it to the broker that serves it.
@@ -31,13 +37,21 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from gazette import names
+from gazette.auth import (
+    Authorizer,
+    Capability,
+    PermissionDenied,
+    Unauthenticated,
+    set_caller,
+)
 from gazette.client import (
     RETRYABLE_STATUSES,
     AppendResult,
@@ -51,6 +65,8 @@ from gazette.cluster import CLOSED_DELETED, add_ops_routes
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
+from gazette.labels import EMPTY, journal_labels
+from gazette.protocol import JournalSpec
 from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.reads import ReadError
 from gazette_broker.replica import TOO_LARGE, Replica
@@ -71,7 +87,11 @@ STATUS_CODES = {
     "REPLICATION_FAILED": 503,
     "WRONG_ROUTE": 503,
     "FRAGMENT_STORE_UNHEALTHY": 503,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
 }
+#: Paths anyone may get (probes and Prometheus carry no token).
+OPEN_PATHS = frozenset({"/metrics", "/healthz"})
 #: Bytes of request body handed to the replica at once.
 BODY_CHUNK = 256 << 10
 #: Bodies up to this size are held, so that an append refused while its journal's route
@@ -159,16 +179,22 @@ class HttpGateway:
                  unready: Mapping[str, str] | None = None,
                  forward: JournalClient | None = None,
                  content_type: Callable[[str], str] = lambda journal: "",
-                 max_append_size: int = 0) -> None:
+                 max_append_size: int = 0, authorizer: Authorizer | None = None,
+                 spec_of: Callable[[str], JournalSpec | None] = lambda journal: None
+                 ) -> None:
         """`forward`: a client of this broker's gRPC service, for journals served
-        elsewhere; `content_type` of a journal by its spec's labels."""
+        elsewhere; `content_type` of a journal by its spec's labels; `authorizer`
+        checks callers' tokens (None: open), against the labels of `spec_of`."""
         self.replicas = replicas
+        self.authorizer, self.spec_of = authorizer, spec_of
         self.forward, self.content_type = forward, content_type
         self.max_append_size = max_append_size
         #: Journals with a spec that cannot be served yet, and why (503).
         self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.ready = ready
-        app = web.Application(client_max_size=1 << 20)
+        middlewares = [self._authorize] if authorizer is not None and authorizer.enabled \
+            else []
+        app = web.Application(client_max_size=1 << 20, middlewares=middlewares)
         add_ops_routes(app, lambda: self.ready())
         app.router.add_route("PUT", "/{journal:.+}", self._append)
         app.router.add_route("POST", "/{journal:.+}", self._append)
@@ -177,18 +203,49 @@ class HttpGateway:
                                      shutdown_timeout=grace, logger=_server_log)
         self._site: web.TCPSite | None = None
 
-    async def start(self, host: str | None, port: int) -> int:
-        """Listen on `host`:`port` (port 0: a free one); returns the port."""
+    async def start(self, host: str | None, port: int, ssl: SSLContext | None = None
+                    ) -> int:
+        """Listen on `host`:`port` (port 0: a free one), over TLS with `ssl`; returns
+        the port."""
         await self._runner.setup()
         if host is None and port == 0:
             host = "0.0.0.0"
-        self._site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        self._site = web.TCPSite(self._runner, host, port, reuse_address=True,
+                                 ssl_context=ssl)
         await self._site.start()
         return int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         """Stop listening; requests in flight get `grace` seconds, then are cancelled."""
         await self._runner.cleanup()
+
+    @web.middleware
+    async def _authorize(self, request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        """The caller's token must grant the request over its journal (see module doc);
+        the caller is then `current_caller()` for the handler and its forwards."""
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        assert self.authorizer is not None
+        journal = _journal(request)
+        try:
+            caller = self.authorizer.authenticate(request.headers.get("Authorization"))
+            need = Capability.READ if request.method in ("GET", "HEAD") \
+                else Capability.APPEND
+            caller.claims.require(need, f"{request.method} {journal}")
+            if caller.claims.scoped:
+                spec = self.spec_of(journal)
+                caller.require_scope(journal_labels(
+                    journal, spec.labels if spec is not None else EMPTY),
+                    f"journal {journal}")
+        except Unauthenticated as err:
+            raise HttpError(401, f"UNAUTHENTICATED: {err.reason}",
+                            {"WWW-Authenticate": 'Bearer realm="gazette"'}) from None
+        except PermissionDenied as err:
+            raise HttpError(403, f"PERMISSION_DENIED: {err.reason}") from None
+        set_caller(caller)
+        return await handler(request)
 
     def _forwarded(self, request: web.Request, primary: bool) -> str:
         """The journal of `request` if it goes through `forward` (this broker is not its

@@ -89,7 +89,8 @@ class Pipeline:
             method = channels.get(endpoint).stream_stream(
                 REPLICATE_METHOD, request_serializer=encode_replicate_request,
                 response_deserializer=pb.ReplicateResponse.FromString)
-            opened.append(_Peer(pid, endpoint, method()))  # type: ignore[call-arg]
+            opened.append(_Peer(pid, endpoint,  # (this broker's own authority: REPLICATE)
+                                method(metadata=channels.own())))  # type: ignore[call-arg]
         pipeline = cls(journal, route, opened)
         PIPELINES.inc()
         first = pb.ReplicateRequest(header=header, journal=journal,

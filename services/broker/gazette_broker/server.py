@@ -28,10 +28,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from gazette.allocator import assignments_of, route_of
+from gazette.auth import Capability, MemberSecurity, SecurityConfig
 from gazette.client import JournalClient
 from gazette.cluster import (
     DEFAULT_ETCD_STARTUP_TIMEOUT,
     DEFAULT_LEASE_TTL,
+    Channels,
     Membership,
 )
 from gazette.fragment import DEFAULT_MAX_PENDING_BYTES
@@ -41,7 +43,7 @@ from gazette.shell import default_member_suffix, grpc_server_on
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE
-from gazette_broker.service import JournalService, add_journal_service
+from gazette_broker.service import JOURNAL_CAPABILITIES, JournalService, add_journal_service
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +56,10 @@ def default_suffix() -> str:
 
 
 @dataclass
-class BrokerConfig:
+class BrokerConfig(SecurityConfig):
     """What ``gazette serve`` is configured with: each field has a flag and an
-    environment variable (`gazette_broker.cli.SERVE_FLAGS`); tests and the local
-    cluster build one directly."""
+    environment variable (`gazette_broker.cli.SERVE_FLAGS`, and the security fields'
+    `gazette.shell.SECURITY_FLAGS`); tests and the local cluster build one directly."""
 
     zone: str = "local"
     suffix: str = field(default_factory=default_suffix)
@@ -102,12 +104,15 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.layout = Layout(config.etcd_prefix)
-        self.etcd = Etcd(config.etcd_address)
+        self.id = ProcessId(config.zone, config.suffix)
+        self.security = MemberSecurity(config, f"broker {self.id}",
+                                       frozenset({Capability.REPLICATE}),
+                                       JOURNAL_CAPABILITIES)
+        self.etcd = Etcd(config.etcd_address, tls=self.security.etcd_tls)
         self.keyspace: KeySpace[Any] = KeySpace(self.etcd, self.layout.root + "/",
                                                 Decoder(self.layout))
         self._own_spool_dir = config.spool_dir is None
         self.spool_dir = config.spool_dir or Path(tempfile.mkdtemp(prefix="gazette-spools-"))
-        self.id = ProcessId(config.zone, config.suffix)
         self.member: MemberSpec | None = None
         self.membership = Membership(
             self.etcd, self.keyspace, self.layout, self.id, lease_ttl=config.lease_ttl,
@@ -119,7 +124,8 @@ class BrokerServer:
                              me=self.id, etcd=self.etcd, live=self.membership.live,
                              cache_bytes=config.cache_bytes,
                              max_pending_bytes=config.max_unpersisted_bytes,
-                             append_idle_timeout=config.append_idle_timeout)
+                             append_idle_timeout=config.append_idle_timeout,
+                             channels=Channels(self.security.tls, self.security.token))
         self.health = HealthServicer()
         self.grpc_server: grpc.aio.Server | None = None
         self.http: HttpGateway | None = None
@@ -134,11 +140,12 @@ class BrokerServer:
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.config.host}:{self.grpc_port}"
+        return f"{self.security.scheme}://{self.config.host}:{self.grpc_port}"
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.config.host}:{self.http_port}" if self.http_port else ""
+        return f"{self.security.scheme}://{self.config.host}:{self.http_port}" \
+            if self.http_port else ""
 
     @property
     def file_root(self) -> Path | None:
@@ -157,7 +164,9 @@ class BrokerServer:
         cfg = self.config
         self._started = True
         # The ports first: a port in use fails at once, before any wait for etcd.
-        self.grpc_server, self.grpc_port = grpc_server_on(cfg.bind, cfg.port, "broker")
+        self.grpc_server, self.grpc_port = grpc_server_on(
+            cfg.bind, cfg.port, "broker", self.security.server_credentials(),
+            self.security.interceptors())
         self.member = MemberSpec(self.id, self.endpoint, cfg.journal_limit,
                                  store_schemes=self.store_schemes)
         service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
@@ -167,13 +176,18 @@ class BrokerServer:
         add_journal_service(service, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         if cfg.http_port >= 0:
-            self._forward = JournalClient(self.grpc_address)
+            # The gateway's calls carry its HTTP caller's token.
+            self._forward = JournalClient(self.grpc_address,
+                                          auth=self.security.caller_auth())
             self.http = HttpGateway(self.broker.replicas, ready=self.membership.ready,
                                     grace=cfg.grace, unready=self.broker.unready,
                                     forward=self._forward,
                                     content_type=self._content_type,
-                                    max_append_size=cfg.max_append_size)
-            self.http_port = await self.http.start(cfg.bind or None, cfg.http_port)
+                                    max_append_size=cfg.max_append_size,
+                                    authorizer=self.security.authorizer,
+                                    spec_of=self._spec_of)
+            self.http_port = await self.http.start(cfg.bind or None, cfg.http_port,
+                                                   ssl=self.security.http_context())
 
         await self.etcd.connect()
         deadline = self.membership.deadline()
@@ -193,11 +207,14 @@ class BrokerServer:
         """The kinds of fragment store this broker can serve journals of."""
         return ("file", "s3") if self.config.file_root is not None else ("s3",)
 
-    def _content_type(self, journal: str) -> str:
+    def _spec_of(self, journal: str) -> JournalSpec | None:
         entry = self.keyspace.get(self.layout.item_key(journal))
-        if entry is None or not isinstance(entry.value, JournalSpec):
-            return ""
-        return (entry.value.labels.values("content-type") or ("",))[0]
+        return entry.value if entry is not None and isinstance(entry.value, JournalSpec) \
+            else None
+
+    def _content_type(self, journal: str) -> str:
+        spec = self._spec_of(journal)
+        return (spec.labels.values("content-type") or ("",))[0] if spec is not None else ""
 
     @property
     def lease(self) -> Lease | None:

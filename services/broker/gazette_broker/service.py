@@ -19,11 +19,26 @@ from typing import Any, cast
 
 import grpc
 
+from gazette.auth import Capability
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import decode_append_request, decode_replicate_request, encode_read_response
 from gazette_broker.service_appends import AppendRpcs
 from gazette_broker.service_reads import ReadRpcs
 from gazette_broker.service_specs import SpecRpcs
+
+_JOURNAL = "/gazette.broker.Journal/"
+#: The capability each method needs (the health service is open: probes carry no token).
+JOURNAL_CAPABILITIES: dict[str, Capability | None] = {
+    _JOURNAL + "List": Capability.LIST,
+    _JOURNAL + "Apply": Capability.APPLY,
+    _JOURNAL + "Read": Capability.READ,
+    _JOURNAL + "ListFragments": Capability.READ,
+    _JOURNAL + "Append": Capability.APPEND,
+    _JOURNAL + "AppendWhole": Capability.APPEND,
+    _JOURNAL + "Replicate": Capability.REPLICATE,
+    "/grpc.health.v1.Health/Check": None,
+    "/grpc.health.v1.Health/Watch": None,
+}
 
 
 def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:

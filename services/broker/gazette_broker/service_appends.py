@@ -15,6 +15,7 @@ import grpc
 
 from gazette import names
 from gazette.allocator import route_from_pb
+from gazette.auth import current_caller
 from gazette.client import AppendUncertain
 from gazette.cluster import (
     FORWARDED,
@@ -45,6 +46,9 @@ class AppendAborted(Exception):
 
 
 APPEND_METHOD = "/gazette.broker.Journal/Append"
+#: Codes a primary answers a forwarded append with before it reads any content.
+REFUSED_BEFORE_WRITING = frozenset({grpc.StatusCode.UNAUTHENTICATED,
+                                    grpc.StatusCode.PERMISSION_DENIED})
 
 
 class AppendRpcs(JournalRouting):
@@ -131,7 +135,8 @@ class AppendRpcs(JournalRouting):
         FORWARDED.labels("Append").inc()
         call = self._forwarding.get(res.primary_endpoint).stream_unary(
             APPEND_METHOD,  # requests are sent as serialized here
-            response_deserializer=pb.AppendResponse.FromString)()  # type: ignore[call-arg]
+            response_deserializer=pb.AppendResponse.FromString)(  # type: ignore[call-arg]
+                metadata=current_caller().metadata)  # the caller's authority, not ours
         first = proxied(meta, self._header(res=res))
         committing = False
         try:
@@ -150,6 +155,10 @@ class AppendRpcs(JournalRouting):
         except (grpc.aio.AioRpcError, TimeoutError) as err:
             why = f"{err.code().name}: {err.details()}" if isinstance(
                 err, grpc.aio.AioRpcError) else "no answer in time"
+            if isinstance(err, grpc.aio.AioRpcError) and err.code() in REFUSED_BEFORE_WRITING:
+                # The primary refused the caller before reading a byte (its token).
+                await context.abort(err.code(), f"{err.details()} (via "
+                                    f"{res.primary_endpoint})")
             if not committing:
                 log.info("forwarding an append of %s to %s failed (%s); nothing was "
                          "appended", meta.journal, res.primary_endpoint, why)

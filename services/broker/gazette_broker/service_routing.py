@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from gazette import names
+from gazette.auth import current_caller, require_scope
 from gazette.cluster import (
     Channels,
     Resolution,
@@ -21,6 +22,7 @@ from gazette.cluster import (
 )
 from gazette.errors import ValidationError
 from gazette.keyspace import Etcd, KeySpace, Layout
+from gazette.labels import EMPTY, journal_labels
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import (
     JournalSpec,
@@ -92,11 +94,14 @@ class JournalRouting:
         opened is waited for (briefly)."""
         replica = await self._replica(journal, context)
         if self.resolver is None:
+            await self._authorize(journal, replica.spec if replica is not None else None,
+                                  context)
             return None, replica
         try:
             res = await self.resolver.resolve_at(journal, header)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        await self._authorize(journal, res.spec, context)
         if replica is None and self.resolver.me in res.route.members and \
                 self._wait_serving is not None:
             with contextlib.suppress(TimeoutError):
@@ -109,6 +114,14 @@ class JournalRouting:
                                     "being opened (its fragment stores are listed first); "
                                     "retry")
         return res, replica
+
+    @staticmethod
+    async def _authorize(journal: str, spec: JournalSpec | None, context: Any) -> None:
+        """Abort (PERMISSION_DENIED) unless the caller's token covers `journal` (by its
+        labels; one without a spec by its name alone)."""
+        if current_caller().claims.scoped:
+            await require_scope(context, journal_labels(
+                journal, spec.labels if spec is not None else EMPTY), f"journal {journal}")
 
     @property
     def _forwarding(self) -> Channels:

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from gazette import names
+from gazette.auth import current_caller
 from gazette.errors import ValidationError
 from gazette.keyspace import Entry, Event, TxnConflict, apply_changes
 from gazette.labels import Selector, journal_labels
@@ -50,6 +51,7 @@ class SpecRpcs(JournalRouting):
                     changes.append(SpecChange(change.delete, change.expect_mod_revision, None))
                 else:
                     raise ValidationError(f"changes[{i}]", "neither upsert nor delete")
+            await self._authorize_changes(changes, context)
             revision = await apply_changes(etcd, layout, changes)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -58,6 +60,22 @@ class SpecRpcs(JournalRouting):
                                     header=self._header(err.revision))
         return pb.ApplyResponse(status=pb.OK, header=self._header(revision),
                                 warnings=self._warnings(changes))
+
+    async def _authorize_changes(self, changes: list[SpecChange[JournalSpec]], context: Any
+                                 ) -> None:
+        """A scoped token may write only specs it covers, before and after: a journal
+        it deletes or replaces, and the spec it writes."""
+        if not current_caller().claims.scoped:
+            return
+        assert self.keyspace is not None and self.layout is not None
+        for change in changes:
+            entry = self.keyspace.get(self.layout.items + change.name)
+            before = entry.value if entry is not None and isinstance(
+                entry.value, JournalSpec) else None
+            specs: list[JournalSpec | None] = [
+                s for s in (before, change.spec) if s is not None]
+            for spec in specs or [None]:
+                await self._authorize(change.name, spec, context)
 
     def _warnings(self, changes: list[SpecChange[JournalSpec]]) -> list[str]:
         """What in applied specs is likely not what their author meant."""
@@ -90,10 +108,13 @@ class SpecRpcs(JournalRouting):
     def _listing(self, selector: Any) -> pb.ListResponse:
         assert self.keyspace is not None and self.layout is not None
         journals = []
+        claims = current_caller().claims  # a token sees only the journals it covers
         for entry in self._candidates(selector):
             spec = entry.value
-            if isinstance(spec, JournalSpec) and selector.matches(
-                    journal_labels(spec.name, spec.labels)):
+            if not isinstance(spec, JournalSpec):
+                continue
+            labels = journal_labels(spec.name, spec.labels)
+            if selector.matches(labels) and claims.allows(labels):
                 route: pb.Route | None = None
                 if self.resolver is not None:
                     res = self.resolver.resolve(spec.name)

@@ -21,6 +21,7 @@ from gazette.protocol import CompressionCodec
     ("localhost:8080", "localhost:8080"),
     ("http://broker-1.example:8080", "broker-1.example:8080"),
     ("grpc://127.0.0.1:9/", "127.0.0.1:9"),
+    ("https://broker:443", "broker:443"), ("grpcs://broker:9", "broker:9"),
     ("[::1]:8080", "[::1]:8080"),
     ("unix:/tmp/broker.sock", "unix:/tmp/broker.sock"),
     ("dns:///broker:8080", "dns:///broker:8080"),
@@ -31,7 +32,7 @@ def test_addresses(address: str, target: str) -> None:
 
 @pytest.mark.parametrize("address", [
     "", "localhost", "localhost:", ":8080", "localhost:99999", "http://host:80/path",
-    "https://host:443", "host name:80", "unix:", 8080,
+    "ftp://host:21", "host name:80", "unix:", 8080,
 ])
 def test_bad_addresses_name_the_field(address: object) -> None:
     with pytest.raises(ValidationError) as err:

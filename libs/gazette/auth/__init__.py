@@ -1,0 +1,70 @@
+"""Security: TLS from files that may rotate, bearer tokens with capabilities and a label
+selector, and the gRPC interceptors that enforce them on brokers and consumer members.
+
+- `tokens`: `Capability`, `Claims`, `SigningKeys` (issue, verify), `ServiceToken`;
+- `tls`: `TLSFiles` (server credentials and HTTP contexts that reload, client
+  credentials);
+- `channels`: `ClientAuth` and `open_channel`, how clients present TLS and tokens;
+- `server`: `Authorizer`, `AuthInterceptor`, `ObserveInterceptor`, `current_caller`,
+  `require_scope`;
+- `member`: `SecurityConfig` (a member's flags) and `MemberSecurity` (what they make).
+"""
+
+from gazette.auth.channels import AUTHORIZATION, PLAIN, ClientAuth, bearer, open_channel
+from gazette.auth.member import MemberSecurity, SecurityConfig
+from gazette.auth.server import (
+    ANONYMOUS,
+    AuthInterceptor,
+    Authorizer,
+    Caller,
+    ObserveInterceptor,
+    abort_refused,
+    current_caller,
+    require_scope,
+    server_interceptors,
+    set_caller,
+    status_of,
+)
+from gazette.auth.tls import TLSFiles
+from gazette.auth.tokens import (
+    UNRESTRICTED,
+    AuthError,
+    Capability,
+    Claims,
+    PermissionDenied,
+    ServiceToken,
+    SigningKeys,
+    Unauthenticated,
+    parse_capabilities,
+)
+
+__all__ = [
+    "ANONYMOUS",
+    "AUTHORIZATION",
+    "PLAIN",
+    "UNRESTRICTED",
+    "AuthError",
+    "AuthInterceptor",
+    "Authorizer",
+    "Caller",
+    "Capability",
+    "Claims",
+    "ClientAuth",
+    "MemberSecurity",
+    "ObserveInterceptor",
+    "PermissionDenied",
+    "SecurityConfig",
+    "ServiceToken",
+    "SigningKeys",
+    "TLSFiles",
+    "Unauthenticated",
+    "abort_refused",
+    "bearer",
+    "current_caller",
+    "open_channel",
+    "parse_capabilities",
+    "require_scope",
+    "server_interceptors",
+    "set_caller",
+    "status_of",
+]

@@ -1,0 +1,108 @@
+"""What a client presents: TLS toward the server, and its bearer token on every call.
+
+`open_channel` is the one place the library opens gRPC channels to brokers and consumer
+members. The token rides in each call's ``authorization`` metadata, added by a client
+interceptor (the same with and without TLS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from gazette.auth.tls import TLSFiles
+from gazette.errors import ValidationError
+
+#: The metadata key of bearer tokens (lower case, as gRPC requires).
+AUTHORIZATION = "authorization"
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata carrying `token` (none for an empty one)."""
+    return ((AUTHORIZATION, f"Bearer {token}"),) if token else ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAuth:
+    """A client's TLS files (None: plain text) and bearer token ("": none), or where
+    each call's token comes from (`token_source`: a member's own token, renewed, or
+    the caller's whose request it serves)."""
+
+    tls: TLSFiles | None = None
+    token: str = ""
+    token_source: Callable[[], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.token and (len(self.token) > 8192 or not self.token.isascii()
+                           or any(c.isspace() for c in self.token)):
+            raise ValidationError("auth.token", "not a token (expected one line of "
+                                  "ASCII, as `gazctl auth issue` prints)")
+
+    def current_token(self) -> str:
+        return self.token_source() if self.token_source is not None else self.token
+
+
+#: A client with neither TLS nor a token.
+PLAIN = ClientAuth()
+
+
+class _Token:
+    """Adds the token to each call, unless the call carries one already (a member
+    forwarding its caller's)."""
+
+    def __init__(self, auth: ClientAuth) -> None:
+        self._auth = auth
+
+    def _details(self, details: Any) -> Any:
+        metadata = tuple(details.metadata or ())
+        if any(k == AUTHORIZATION for k, _ in metadata):
+            return details
+        token = self._auth.current_token()
+        if not token:
+            return details
+        return grpc.aio.ClientCallDetails(details.method, details.timeout,
+                                          grpc.aio.Metadata(*metadata, *bearer(token)),
+                                          details.credentials, details.wait_for_ready)
+
+
+# grpc.aio files each interceptor under the first kind it is an instance of: one class
+# per kind of call.
+class _UnaryUnary(_Token, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_unary_unary(self, continuation: Any, details: Any,
+                                    request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+class _UnaryStream(_Token, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_unary_stream(self, continuation: Any, details: Any,
+                                     request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+class _StreamUnary(_Token, grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_stream_unary(self, continuation: Any, details: Any,
+                                     request_iterator: Any) -> Any:
+        return await continuation(self._details(details), request_iterator)
+
+
+class _StreamStream(_Token, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_stream_stream(self, continuation: Any, details: Any,
+                                      request_iterator: Any) -> Any:
+        return await continuation(self._details(details), request_iterator)
+
+
+def open_channel(target: str, options: Sequence[tuple[str, Any]],
+                 auth: ClientAuth | None = None) -> grpc.aio.Channel:
+    """A channel to `target` with `auth`'s TLS (if any) and token (if any)."""
+    auth = auth or PLAIN
+    interceptors: Any = None
+    if auth.token or auth.token_source:
+        interceptors = [kind(auth) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary,
+                                                _StreamStream)]
+    if auth.tls is not None:
+        return grpc.aio.secure_channel(target, auth.tls.channel_credentials(),
+                                       options=options, interceptors=interceptors)
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)

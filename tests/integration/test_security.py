@@ -1,0 +1,365 @@
+"""TLS and authorization on real brokers (certificates made here with `trustme`, etcd
+real): who is refused, with which status and reason, and what is allowed."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from gazette.auth import Capability, ClientAuth, TLSFiles, open_channel
+from gazette.client import BrokerError, JournalClient, RetryPolicy, Unavailable
+from gazette.keyspace import Etcd
+from gazette.local.etcd import EmbeddedEtcd
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import JournalSpec
+from gazette.protocol.trees import SpecChange
+from gazette_broker import BrokerServer
+from tests.fixtures.broker import broker_config
+from tests.fixtures.polling import eventually
+from tests.fixtures.security import Pki, keys_file, make_pki, random_key, token
+
+ONCE = RetryPolicy(attempts=1)
+SPECS = """
+
+replication: 1
+fragment: {stores: ["file:///"]}
+children:
+  - name: team-a/orders
+  - name: team-a/refunds
+  - name: team-b/orders
+"""
+K1, K2 = random_key(), random_key()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path / "pki")
+
+
+async def started(server: BrokerServer) -> BrokerServer:
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def secured(etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path, pki: Pki
+                  ) -> AsyncIterator[BrokerServer]:
+    """One broker with TLS and authorization (key K1), and the specs applied."""
+    tls = pki.issue("broker")
+    server = await started(BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, tls_cert_file=tls.cert_file,
+        tls_key_file=tls.key_file, tls_ca_file=tls.ca_file,
+        auth_keys_file=keys_file(tmp_path / "keys", K1))))
+    try:
+        await server.apply_yaml(SPECS)
+        await eventually(lambda: len(server.broker.replicas) == 3, "journals open", 20)
+        yield server
+    finally:
+        await server.stop()
+
+
+def client(server: BrokerServer, pki: Pki, tok: str) -> JournalClient:
+    return JournalClient(server.grpc_address, retry=ONCE, timeout=10,
+                         auth=pki.client(token=tok))
+
+
+async def refusal(server: BrokerServer, pki: Pki, tok: str, journal: str = "team-a/orders",
+                  op: str = "append") -> BrokerError:
+    async with client(server, pki, tok) as c:
+        with pytest.raises(BrokerError) as err:
+            if op == "append":
+                await c.append(journal, b"x\n")
+            else:
+                async for _ in c.read(journal):
+                    pass
+    return err.value
+
+
+# -- TLS ---------------------------------------------------------------------------
+
+
+async def test_tls_client_without_the_ca_is_refused(secured: BrokerServer, pki: Pki) -> None:
+    ok = token(K1, Capability.LIST)
+    async with client(secured, pki, ok) as c:
+        assert [j.spec.name for j in (await c.list()).journals] == [
+            "team-a/orders", "team-a/refunds", "team-b/orders"]
+    # The system's CAs do not know ours: the handshake fails.
+    async with JournalClient(secured.grpc_address, retry=ONCE, timeout=5,
+                             auth=ClientAuth(TLSFiles(), ok)) as c:
+        with pytest.raises(Unavailable):
+            await c.list()
+    # Plain text to a TLS port is not served either.
+    async with JournalClient(secured.grpc_address, retry=ONCE, timeout=5,
+                             auth=ClientAuth(token=ok)) as c:
+        with pytest.raises(Unavailable):
+            await c.list()
+    assert secured.endpoint.startswith("https://")
+
+
+async def test_mtls_without_a_client_certificate_is_refused(
+        etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path, pki: Pki) -> None:
+    tls = pki.issue("broker")
+    server = await started(BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, tls_cert_file=tls.cert_file,
+        tls_key_file=tls.key_file, tls_ca_file=tls.ca_file, tls_client_auth=True)))
+    try:
+        async with JournalClient(server.grpc_address, retry=ONCE, timeout=5,
+                                 auth=pki.client()) as c:
+            with pytest.raises(Unavailable):
+                await c.list()
+        stranger = make_pki(tmp_path / "other").issue("client")  # another CA's cert
+        async with JournalClient(server.grpc_address, retry=ONCE, timeout=5,
+                                 auth=ClientAuth(TLSFiles(stranger.cert_file,
+                                                          stranger.key_file, pki.ca_file))
+                                 ) as c:
+            with pytest.raises(Unavailable):
+                await c.list()
+        async with JournalClient(server.grpc_address, retry=ONCE, timeout=5,
+                                 auth=pki.client(pki.issue("client"))) as c:
+            assert (await c.list()).journals == []
+        # The HTTP port asks for a client certificate too.
+        ctx = ssl.create_default_context(cafile=pki.ca_file)
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+            async with aiohttp.ClientSession() as http, http.get(
+                    f"https://127.0.0.1:{server.http_port}/healthz", ssl=ctx) as resp:
+                await resp.read()
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+        async with aiohttp.ClientSession() as http, http.get(
+                f"https://127.0.0.1:{server.http_port}/healthz", ssl=ctx) as resp:
+            assert resp.status == 200
+    finally:
+        await server.stop()
+
+
+def _peer_serial(port: int, ca_file: str) -> int:
+    ctx = ssl.create_default_context(cafile=ca_file)
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
+            ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+        der = tls.getpeercert(binary_form=True)
+    from cryptography import x509
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+async def test_a_certificate_rotated_on_disk_is_served_without_a_restart(
+        etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path, pki: Pki) -> None:
+    # The certificate expires in an hour; cert-manager renews it in place.
+    tls = pki.issue("broker", "127.0.0.1", "localhost", not_after=datetime.datetime.now(
+        datetime.UTC) + datetime.timedelta(hours=1))
+    server = await started(BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, tls_cert_file=tls.cert_file,
+        tls_key_file=tls.key_file, tls_ca_file=tls.ca_file)))
+    try:
+        before = await asyncio.to_thread(_peer_serial, server.http_port, pki.ca_file)
+        # A second CA takes over: clients that trust only it are refused until the
+        # broker serves the new certificate.
+        new_ca = make_pki(tmp_path / "ca2")
+        new_ca_client = JournalClient(server.grpc_address, retry=ONCE, timeout=5,
+                                      auth=new_ca.client())
+        async with new_ca_client as c:
+            with pytest.raises(Unavailable):
+                await c.list()
+        fresh = new_ca.issue("fresh")
+        Path(tls.cert_file).write_bytes(Path(fresh.cert_file).read_bytes())
+        Path(tls.key_file).write_bytes(Path(fresh.key_file).read_bytes())
+        after = await asyncio.to_thread(_peer_serial, server.http_port, new_ca.ca_file)
+        assert after != before
+        async with JournalClient(server.grpc_address, retry=ONCE, timeout=5,
+                                 auth=new_ca.client()) as c:
+            assert (await c.list()).journals == []
+    finally:
+        await server.stop()
+
+
+async def test_etcd_over_mutual_tls(tmp_path: Path, pki: Pki) -> None:
+    etcd_tls = pki.issue("etcd")
+    with EmbeddedEtcd(tmp_path / "etcd", tls=etcd_tls) as etcd_server:
+        assert etcd_server.endpoint.startswith("https://")
+        async with Etcd(etcd_server.endpoint, tls=pki.issue("etcd-client")) as etcd:
+            await etcd.put("/k", b"v")
+            assert (await etcd.get_prefix("/k")).kvs[0].value == b"v"
+        no_cert = Etcd(etcd_server.endpoint, timeout=3, tls=TLSFiles(ca_file=pki.ca_file))
+        async with no_cert:
+            with pytest.raises(Exception, match="etcd"):
+                await no_cert.put("/k", b"w")
+
+
+# -- tokens --------------------------------------------------------------------------
+
+
+async def test_bad_tokens_are_unauthenticated_with_the_reason(
+        secured: BrokerServer, pki: Pki) -> None:
+    none = await refusal(secured, pki, "")
+    assert none.status == "UNAUTHENTICATED" and "no token" in none.detail
+    expired = token(K1, Capability.APPEND, ttl=60, now=time.time() - 3600)
+    err = await refusal(secured, pki, expired)
+    assert err.status == "UNAUTHENTICATED" and "expired" in err.detail
+    forged = token(random_key(), Capability.APPEND)
+    err = await refusal(secured, pki, forged)
+    assert err.status == "UNAUTHENTICATED" and "signature" in err.detail
+    err = await refusal(secured, pki, "not.a.jwt")
+    assert err.status == "UNAUTHENTICATED"
+
+
+async def test_scope_and_capabilities_are_permission_denied_with_the_reason(
+        secured: BrokerServer, pki: Pki) -> None:
+    team_a = token(K1, Capability.APPEND, Capability.READ, selector="prefix=team-a/",
+                   subject="team-a")
+    err = await refusal(secured, pki, team_a, "team-b/orders")
+    assert err.status == "PERMISSION_DENIED" and "team-b/orders" in err.detail \
+        and "prefix=team-a/" in err.detail
+    err = await refusal(secured, pki, team_a, "team-b/orders", op="read")
+    assert err.status == "PERMISSION_DENIED"
+    reader = token(K1, Capability.READ)
+    err = await refusal(secured, pki, reader)
+    assert err.status == "PERMISSION_DENIED" and "'append' capability" in err.detail
+    async with client(secured, pki, team_a) as c:
+        commit = (await c.append("team-a/orders", b"hello\n")).commit
+        assert commit.end - commit.begin == 6
+        with pytest.raises(BrokerError) as denied:
+            await c.list()  # no LIST capability
+        assert denied.value.status == "PERMISSION_DENIED"
+        with pytest.raises(BrokerError) as denied:
+            await c.apply(new("team-a/new"))
+        assert denied.value.status == "PERMISSION_DENIED"
+
+
+def new(name: str) -> list[SpecChange[JournalSpec]]:
+    return [SpecChange(name, 0, JournalSpec(name, replication=1))]
+
+
+async def test_a_prefix_token_lists_only_its_journals_and_applies_only_there(
+        secured: BrokerServer, pki: Pki) -> None:
+    team_a = token(K1, Capability.LIST, Capability.APPLY, selector="prefix=team-a/")
+    async with client(secured, pki, team_a) as c:
+        assert [j.spec.name for j in (await c.list()).journals] == [
+            "team-a/orders", "team-a/refunds"]
+        assert [j.spec.name for j in (await c.list("prefix=team-b/")).journals] == []
+        await c.apply(new("team-a/new"))
+        with pytest.raises(BrokerError) as denied:
+            await c.apply(new("team-b/new"))
+        assert denied.value.status == "PERMISSION_DENIED"
+    everyone = token(K1, Capability.LIST)
+    async with client(secured, pki, everyone) as c:
+        assert "team-b/new" not in [j.spec.name for j in (await c.list()).journals]
+
+
+async def test_http_gateway_answers_401_and_403_with_the_reason(
+        secured: BrokerServer, pki: Pki) -> None:
+    url = f"https://127.0.0.1:{secured.http_port}"
+    ctx = ssl.create_default_context(cafile=pki.ca_file)
+    team_a = token(K1, Capability.APPEND, Capability.READ, selector="prefix=team-a/")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/healthz", ssl=ctx) as resp:
+            assert resp.status == 200  # probes carry no token
+        async with http.put(f"{url}/team-a/orders", data=b"x\n", ssl=ctx) as resp:
+            assert resp.status == 401 and "no token" in await resp.text()
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+        bearer = {"Authorization": f"Bearer {team_a}"}
+        async with http.put(f"{url}/team-b/orders", data=b"x\n", ssl=ctx,
+                            headers=bearer) as resp:
+            assert resp.status == 403 and "prefix=team-a/" in await resp.text()
+        async with http.put(f"{url}/team-a/orders", data=b"x\n", ssl=ctx,
+                            headers=bearer) as resp:
+            assert resp.status == 204, await resp.text()
+        async with http.get(f"{url}/team-a/orders", ssl=ctx, headers=bearer) as resp:
+            assert resp.status == 200 and await resp.read() == b"x\n"
+        reader = {"Authorization": f"Bearer {token(K1, Capability.READ)}"}
+        async with http.put(f"{url}/team-a/orders", data=b"x\n", ssl=ctx,
+                            headers=reader) as resp:
+            assert resp.status == 403 and "'append' capability" in await resp.text()
+
+
+# -- forwarding and peers ---------------------------------------------------------------
+
+
+async def test_a_forwarded_request_carries_the_callers_authority(
+        etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path, pki: Pki) -> None:
+    """Broker A (no journals) knows keys K2 and K1; broker B, which serves the journals,
+    only K2. A token A accepts but B does not is refused by B through A; one both accept
+    appends through A, which its own token (REPLICATE only) could not."""
+    tls = pki.issue("broker")
+    common = dict(tls_cert_file=tls.cert_file, tls_key_file=tls.key_file,
+                  tls_ca_file=tls.ca_file)
+    b = await started(BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, suffix="b", spool_dir=tmp_path / "sb",
+        auth_keys_file=keys_file(tmp_path / "kb", K2), **common)))
+    a = await started(BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, suffix="a", spool_dir=tmp_path / "sa",
+        journal_limit=0, auth_keys_file=keys_file(tmp_path / "ka", K2, K1), **common)))
+    try:
+        await b.apply_yaml(SPECS)
+        await eventually(lambda: len(b.broker.replicas) == 3, "journals open on B", 20)
+        assert not a.broker.replicas
+        only_a = token(K1, Capability.APPEND, Capability.READ, subject="only-a")
+        err = await refusal(a, pki, only_a)
+        assert err.status == "UNAUTHENTICATED" and "via" in err.detail
+        both = token(K2, Capability.APPEND, Capability.READ, selector="prefix=team-a/")
+        async with client(a, pki, both) as c:
+            commit = (await c.append("team-a/orders", b"forwarded\n")).commit
+            assert commit.end == 10
+            chunks = [ch.content async for ch in c.read("team-a/orders")]
+            assert b"".join(chunks) == b"forwarded\n"
+        err = await refusal(a, pki, both, "team-b/orders")
+        assert err.status == "PERMISSION_DENIED"
+        # Through A's HTTP gateway, too, with the caller's token.
+        ctx = ssl.create_default_context(cafile=pki.ca_file)
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"https://127.0.0.1:{a.http_port}/team-a/refunds",
+                                data=b"y\n", ssl=ctx,
+                                headers={"Authorization": f"Bearer {both}"}) as resp:
+                assert resp.status == 204, await resp.text()
+            async with http.put(f"https://127.0.0.1:{a.http_port}/team-a/refunds",
+                                data=b"y\n", ssl=ctx,
+                                headers={"Authorization": f"Bearer {only_a}"}) as resp:
+                assert resp.status == 401, await resp.text()
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_peers_replicate_with_their_own_capability(
+        etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path, pki: Pki) -> None:
+    tls = pki.issue("broker")
+    keys = keys_file(tmp_path / "keys", K1)
+    servers = [await started(BrokerServer(broker_config(
+        etcd_server.endpoint, etcd_prefix, tmp_path, suffix=f"b{i}",
+        spool_dir=tmp_path / f"s{i}", tls_cert_file=tls.cert_file,
+        tls_key_file=tls.key_file, tls_ca_file=tls.ca_file, tls_client_auth=True,
+        auth_keys_file=keys))) for i in range(2)]
+    try:
+        await servers[0].apply_yaml("name: shared/log\nreplication: 2\n"
+                                    "fragment: {stores: ['file:///']}\n")
+        await eventually(lambda: all("shared/log" in s.broker.replicas for s in servers),
+                         "both brokers hold the journal", 20)
+        writer = token(K1, Capability.APPEND)
+        async with JournalClient(servers[0].grpc_address, timeout=10,
+                                 auth=pki.client(pki.issue("client"), writer)) as c:
+            commit = (await c.append("shared/log", b"replicated\n")).commit
+        assert commit.end == 11
+        for s in servers:
+            await eventually(lambda s=s: s.broker.replicas["shared/log"].write_head == 11,
+                             "each replica has it", 10)
+        # A caller's token without REPLICATE cannot pose as a peer.
+        auth = pki.client(pki.issue("client"), writer)
+        async with open_channel(servers[0].grpc_address, [], auth) as channel:
+            call = channel.stream_stream("/gazette.broker.Journal/Replicate",
+                                         request_serializer=pb.ReplicateRequest.SerializeToString,
+                                         response_deserializer=pb.ReplicateResponse.FromString)
+            stream = call(iter([pb.ReplicateRequest(journal="shared/log")]))
+            with pytest.raises(grpc.aio.AioRpcError) as denied:
+                await stream.read()
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "'replicate' capability" in (denied.value.details() or "")
+    finally:
+        for s in servers:
+            await s.stop()
