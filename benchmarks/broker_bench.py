@@ -22,6 +22,11 @@ Prints progress, then one JSON object as its last line:
   bytes streamed by the broker;
 - ``raw_file_write_mb_per_s`` / ``raw_file_read_mb_per_s``: writing and reading the same
   volume with plain file I/O, the ceiling of this machine's disk path;
+- ``append_mb_per_s_tls``: the same 64 KiB appends (`AppendQueue`) to a second broker
+  serving TLS (a certificate made by `trustme`) with authorization on (every call
+  carries a bearer token), in rounds alternating with the plain broker
+  (``append_mb_per_s_plain``, the same run's plain figure); ``tls_cost`` is
+  1 - tls / plain (target: at most 0.15);
 - ``append_r3_mb_per_s``: a cluster of three more brokers (two zones) on this machine,
   64 KiB appends (`AppendQueue`) to a journal of replication 3, sent to its primary;
   ``append_r3_via_peer_mb_per_s``: the same sent to another broker, which forwards them;
@@ -96,6 +101,7 @@ replication: 1
 children:
   - name: bench/append
   - name: bench/append-rpc
+  - name: bench/append-tls
   - name: bench/small
   - name: bench/tail-0
     fragment: {{length: 1073741824}}
@@ -165,6 +171,71 @@ async def bench_append_queue(client: JournalClient, journal: str = "bench/append
     elapsed = time.perf_counter() - start
     await queue.close()
     return n * len(chunk) / elapsed / 1e6
+
+
+TLS_ROUNDS = 3
+TLS_PREFIX = "/gazette/bench-tls"
+
+
+async def bench_tls(plain: JournalClient, etcd_endpoint: str, workdir: Path,
+                    env: dict[str, str]) -> dict[str, object]:
+    """64 KiB appends to a TLS + token broker and to the plain one, alternating."""
+    import base64
+
+    import trustme
+
+    from gazette.auth import Capability, ClientAuth, SigningKeys, TLSFiles
+
+    folder = workdir / "tls"
+    folder.mkdir()
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(folder / "broker.pem"))
+    key = os.urandom(32)
+    (folder / "keys").write_text(base64.b64encode(key).decode())
+    grpc_port = free_port()
+    broker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(grpc_port),
+        "--broker.http-port", "-1", "--broker.host", "127.0.0.1",
+        "--broker.file-root", str(workdir / "store-tls"), "--broker.spool-dir",
+        str(workdir / "spools-tls"), "--etcd.address", etcd_endpoint,
+        "--etcd.prefix", TLS_PREFIX, "--log.level", "warn",
+        "--tls.cert-file", str(folder / "broker.pem"),
+        "--tls.key-file", str(folder / "broker.pem"),
+        "--tls.ca-file", str(folder / "ca.pem"), "--auth.keys-file", str(folder / "keys"),
+        env=env)
+    try:
+        async with Etcd(etcd_endpoint) as etcd:
+            await apply_changes(etcd, Layout(TLS_PREFIX), journal_changes_from_yaml(SPECS))
+        token = SigningKeys([key]).issue("bench", {Capability.APPEND, Capability.LIST,
+                                                   Capability.READ}, ttl=3600)
+        auth = ClientAuth(TLSFiles(ca_file=str(folder / "ca.pem")), token)
+        async with JournalClient(f"127.0.0.1:{grpc_port}", auth=auth) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if len((await client.list("prefix=bench/")).journals) == 10 and (
+                            await client.write_head("bench/append-tls")) == 0:
+                        break
+                except Exception:  # noqa: BLE001 - the broker is still starting
+                    pass
+                assert time.monotonic() < deadline, "the TLS broker did not start"
+                await asyncio.sleep(0.1)
+            tls_runs, plain_runs = [], []
+            for _ in range(TLS_ROUNDS):
+                plain_runs.append(await bench_append_queue(plain, "bench/append-tls"))
+                tls_runs.append(await bench_append_queue(client, "bench/append-tls"))
+        tls_mb, plain_mb = statistics.median(tls_runs), statistics.median(plain_runs)
+        log("TLS + token rounds (MB/s): " + ", ".join(f"{x:.0f}" for x in tls_runs) +
+            "; plain: " + ", ".join(f"{x:.0f}" for x in plain_runs))
+        log(f"append over TLS with tokens {tls_mb:.0f} MB/s against {plain_mb:.0f} plain "
+            f"(cost {1 - tls_mb / plain_mb:.1%})")
+        return {"append_mb_per_s_tls": round(tls_mb), "append_mb_per_s_plain": round(plain_mb),
+                "tls_cost": round(1 - tls_mb / plain_mb, 3)}
+    finally:
+        broker.terminate()
+        await asyncio.wait_for(broker.wait(), 60)
 
 
 async def bench_append_rpcs(stub: broker_pb2_grpc.JournalStub) -> float:
@@ -350,7 +421,7 @@ async def run_broker(etcd_endpoint: str, workdir: Path, only: set[str]
             while True:  # until the broker serves the journals
                 try:
                     listing = await client.list("prefix=bench/")
-                    if len(listing.journals) == 9 and (await client.write_head(
+                    if len(listing.journals) == 10 and (await client.write_head(
                             "bench/fragments")) == 0:
                         break
                 except Exception:  # noqa: BLE001 - the broker is still starting
@@ -361,6 +432,7 @@ async def run_broker(etcd_endpoint: str, workdir: Path, only: set[str]
             log(f"broker pid {broker.pid}")
             raw_write = raw_read = append = append_rpc = p50 = p99 = tail = direct = \
                 via_broker = tail_write = tail_step = 0.0
+            tls_figures: dict[str, object] = {}
             if "raw" in only:
                 raw_write, raw_read = await asyncio.to_thread(raw_file_io, workdir,
                                                               APPEND_VOLUME)
@@ -390,6 +462,8 @@ async def run_broker(etcd_endpoint: str, workdir: Path, only: set[str]
                 log(f"tail read (catching up from {TAIL_BACKLOG // MiB} MiB behind) "
                     f"{tail:.0f} MB/s while the writer appended {tail_write:.0f} MB/s; "
                     f"in step with the writer {tail_step:.0f} MB/s")
+            if "tls" in only:
+                tls_figures = await bench_tls(client, etcd_endpoint, workdir, env)
             if "fragments" in only:
                 direct, via_broker = await bench_fragments(client, stub)
                 log(f"fragment reads: direct {direct:.0f} MB/s, via the broker "
@@ -406,6 +480,7 @@ async def run_broker(etcd_endpoint: str, workdir: Path, only: set[str]
         broker.terminate()
         await asyncio.wait_for(broker.wait(), 60)
     return {
+        **tls_figures,
         "append_mb_per_s": round(append),
         "append_rpc_mb_per_s": round(append_rpc),
         "append_small_p50_ms": round(p50, 2),
@@ -553,7 +628,7 @@ async def failover_seconds(through: str, journal: str, kill: Callable[[], None],
         await writer
 
 
-PARTS = ("raw", "append", "small", "tail", "fragments", "cluster", "scale")
+PARTS = ("raw", "append", "small", "tail", "tls", "fragments", "cluster", "scale")
 
 
 def main() -> None:

@@ -56,9 +56,23 @@ both (skaffold's form), and a trailing "@" (skaffold without a digest) is droppe
 {{- printf "%s-etcd" (include "gazette.fullname" .) -}}
 {{- end -}}
 
-{{/* The etcd client endpoint every component connects to. */}}
+{{/* The etcd client endpoint every component connects to (https:// under etcd.tls). */}}
 {{- define "gazette.etcd.endpoint" -}}
-{{- printf "http://%s.%s.svc:%d" (include "gazette.etcd.fullname" .) .Release.Namespace (int .Values.etcd.clientPort) -}}
+{{- printf "%s://%s.%s.svc:%d" (ternary "https" "http" .Values.etcd.tls.enabled) (include "gazette.etcd.fullname" .) .Release.Namespace (int .Values.etcd.clientPort) -}}
+{{- end -}}
+
+{{/* The brokers' headless Service (rendered under tls.enabled): each broker's DNS name. */}}
+{{- define "gazette.broker.peers" -}}
+{{- printf "%s-broker-peers" (include "gazette.fullname" .) -}}
+{{- end -}}
+
+{{/* The consumer application's objects' name, and its component label. */}}
+{{- define "gazette.consumer.fullname" -}}
+{{- printf "%s-consumer-%s" (include "gazette.fullname" .) (include "gazette.resourceName" .Values.consumer.app) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gazette.consumer.component" -}}
+{{- printf "consumer-%s" (include "gazette.resourceName" .Values.consumer.app) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* The brokers' gRPC address (host:port of their Service): any broker serves any journal. */}}

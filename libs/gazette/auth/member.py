@@ -19,7 +19,7 @@ from gazette.auth.tokens import Capability, ServiceToken, SigningKeys
 from gazette.errors import ValidationError
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SecurityConfig:
     """The security fields of a member's config (flags: `gazette.shell.SECURITY_FLAGS`).
     All empty: plain text and no authorization, as a local cluster runs."""

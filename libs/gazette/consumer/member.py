@@ -25,6 +25,7 @@ from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from gazette.auth import Capability, MemberSecurity, SecurityConfig
 from gazette.client import AppendQueue, JournalClient
 from gazette.cluster import (
     DEFAULT_ETCD_STARTUP_TIMEOUT,
@@ -41,7 +42,7 @@ from gazette.cluster import (
 from gazette.consumer.app import Application
 from gazette.consumer.recovery import Recovery, Standby
 from gazette.consumer.runner import ShardRunner
-from gazette.consumer.service import ShardService
+from gazette.consumer.service import SHARD_CAPABILITIES, ShardService
 from gazette.consumer.services import AppServices
 from gazette.consumer.shard import LocalShard
 from gazette.errors import ValidationError
@@ -61,6 +62,10 @@ from gazette.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
+#: What a member's own token grants, toward brokers: read its shards' sources and
+#: recovery logs, append their outputs, ACKs and logs.
+MEMBER_CAPABILITIES = frozenset({Capability.LIST, Capability.READ, Capability.APPEND})
+
 #: Seconds a stopping member waits for its shards' last appends (publishes, ACKs).
 APPENDS_STOP_SECONDS = 10.0
 
@@ -70,9 +75,10 @@ def default_suffix() -> str:
 
 
 @dataclass
-class MemberConfig:
+class MemberConfig(SecurityConfig):
     """What ``gazette-consumer serve`` is configured with (each has a flag and an
-    environment variable); tests build one directly."""
+    environment variable; the security fields are `gazette.auth.SecurityConfig`'s);
+    tests build one directly."""
 
     #: The application's name: its shards and members live under {etcd_root}/{app_name}.
     app_name: str
@@ -118,7 +124,10 @@ class ConsumerMember:
     def __init__(self, config: MemberConfig, app: Application) -> None:
         self.config, self.app = config, app
         self.layout = Layout.consumer_app(config.app_name, config.etcd_root)
-        self.etcd = Etcd(config.etcd_address)
+        self.security = MemberSecurity(
+            config, f"consumer {config.app_name} {config.zone}/{config.suffix}",
+            MEMBER_CAPABILITIES, SHARD_CAPABILITIES, default=Capability.SHARD_CALL)
+        self.etcd = Etcd(config.etcd_address, tls=self.security.etcd_tls)
         self.keyspace: KeySpace[Any] = KeySpace(self.etcd, self.layout.root + "/",
                                                 Decoder(self.layout, consumers=True))
         self.id = ProcessId(config.zone, config.suffix)
@@ -134,7 +143,7 @@ class ConsumerMember:
                                                       ShardSpec)
         self.announcer = Announcer(self.etcd, self.keyspace, self.layout)
         self.statuses = StatusWriter(self.etcd, self.layout, self.id, self._lease_id)
-        self.channels = Channels()
+        self.channels = Channels(self.security.tls, self.security.token)
         self.shards: LocalItems[ShardSpec, LocalShard] = LocalItems(
             self.keyspace, self.layout, ShardSpec, self._open, self.supervisor,
             resolver=self.resolver, kind="shard")
@@ -152,12 +161,13 @@ class ConsumerMember:
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
+        return f"{self.security.scheme}://{self.config.host}:{self.port}"
 
     @property
     def http_url(self) -> str:
         """Where this member serves HTTP ("" if it does not)."""
-        return f"http://{self.config.host}:{self.http_port}" if self.http_port else ""
+        return f"{self.security.scheme}://{self.config.host}:{self.http_port}" \
+            if self.http_port else ""
 
     def _lease_id(self) -> int:
         lease = self.membership.lease
@@ -193,7 +203,9 @@ class ConsumerMember:
     async def _start(self) -> None:
         cfg = self.config
         self._started = True
-        self.grpc_server, self.port = grpc_server_on(cfg.bind, cfg.port, "consumer member")
+        self.grpc_server, self.port = grpc_server_on(
+            cfg.bind, cfg.port, "consumer member", self.security.server_credentials(),
+            self.security.interceptors())
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         consumer_pb2_grpc.add_ShardServicer_to_server(ShardService(self), self.grpc_server)
         http_app = None
@@ -206,14 +218,14 @@ class ConsumerMember:
                                       shutdown_timeout=cfg.grace)
             await self.http.setup()
             site = web.TCPSite(self.http, cfg.bind or None, cfg.http_port,
-                               reuse_address=True)
+                               reuse_address=True, ssl_context=self.security.http_context())
             try:
                 await site.start()
             except OSError as err:
                 raise OSError(err.errno, f"cannot listen for HTTP on {cfg.bind or '*'}:"
                               f"{cfg.http_port}: {err.strerror}") from err
             self.http_port = int(self.http.addresses[0][1])
-        self.client = JournalClient(cfg.broker_address)
+        self.client = JournalClient(cfg.broker_address, auth=self.security.client_auth())
         if cfg.local_dir:
             local_dir = Path(cfg.local_dir)
             try:

@@ -24,12 +24,13 @@ import grpc
 
 from gazette import names
 from gazette.allocator import assignments_of, route_of
+from gazette.auth import Capability, current_caller, require_scope
 from gazette.cluster import forward_unary, proxied
 from gazette.consumer.recovery import load_hints
 from gazette.consumer.shard import FAILED
 from gazette.errors import ValidationError
 from gazette.keyspace import EtcdError, Txn, TxnConflict, apply_changes
-from gazette.labels import shard_labels
+from gazette.labels import EMPTY, shard_labels
 from gazette.pb import consumer_pb2 as cpb
 from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import (
@@ -44,6 +45,25 @@ if TYPE_CHECKING:
     from gazette.consumer.member import ConsumerMember
 
 STAT_METHOD = "/gazette.consumer.Shard/Stat"
+_SHARD = "/gazette.consumer.Shard/"
+#: The capability each method needs; applications' own methods need SHARD_CALL.
+SHARD_CAPABILITIES: dict[str, Capability | None] = {
+    _SHARD + "Stat": Capability.SHARD_READ,
+    _SHARD + "GetHints": Capability.SHARD_READ,
+    _SHARD + "List": Capability.SHARD_LIST,
+    _SHARD + "Apply": Capability.SHARD_APPLY,
+    _SHARD + "Unassign": Capability.SHARD_APPLY,
+    "/grpc.health.v1.Health/Check": None,
+    "/grpc.health.v1.Health/Watch": None,
+}
+
+
+async def authorize_shard(shard: str, spec: ShardSpec | None, context: Any) -> None:
+    """Abort (PERMISSION_DENIED) unless the caller's token covers `shard` (by its labels;
+    one without a spec by its id alone)."""
+    if current_caller().claims.scoped:
+        await require_scope(context, shard_labels(
+            shard, spec.labels if spec is not None else EMPTY), f"shard {shard}")
 #: How long a Stat waits for read-through offsets when its caller set no deadline.
 READ_THROUGH_SECONDS = 60.0
 
@@ -61,6 +81,11 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("abort() raises") from None  # pragma: no cover
 
+    def _spec(self, shard: str) -> ShardSpec | None:
+        entry = self.member.keyspace.get(self.member.layout.items + shard)
+        return entry.value if entry is not None and isinstance(entry.value, ShardSpec) \
+            else None
+
     async def Stat(self, request: cpb.StatRequest, context: Any) -> cpb.StatResponse:
         shard = await self._shard_id(request.shard, context)
         for journal, offset in request.read_through.items():
@@ -73,6 +98,7 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                 shard, request.header if request.HasField("header") else None)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        await authorize_shard(shard, res.spec, context)
         header = resolver.header(res)
         if res.spec is None:
             return cpb.StatResponse(status=cpb.SHARD_NOT_FOUND, header=header)
@@ -109,10 +135,13 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         member = self.member
         out = []
+        claims = current_caller().claims  # a token sees only the shards it covers
         for entry in member.keyspace.prefixed(member.layout.items):
             spec = entry.value
-            if not isinstance(spec, ShardSpec) or not selector.matches(
-                    shard_labels(spec.id, spec.labels)):
+            if not isinstance(spec, ShardSpec):
+                continue
+            labels = shard_labels(spec.id, spec.labels)
+            if not selector.matches(labels) or not claims.allows(labels):
                 continue
             res = member.resolver.resolve(spec.id)
             status = [s.to_pb() for s in member.resolver.statuses(spec.id, res.route)]
@@ -139,6 +168,10 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                     changes.append(SpecChange(change.delete, change.expect_mod_revision, None))
                 else:
                     raise ValidationError(f"changes[{i}]", "neither upsert nor delete")
+            for item in changes:  # what it replaces or deletes, and what it writes
+                await authorize_shard(item.name, self._spec(item.name), context)
+                if item.spec is not None:
+                    await authorize_shard(item.name, item.spec, context)
             revision = await apply_changes(member.etcd, member.layout, changes)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -154,6 +187,7 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                        ) -> cpb.GetHintsResponse:
         shard = await self._shard_id(request.shard, context)
         res = self.member.resolver.resolve(shard)
+        await authorize_shard(shard, res.spec, context)
         header = self.member.resolver.header(res)
         if res.spec is None:
             return cpb.GetHintsResponse(status=cpb.SHARD_NOT_FOUND, header=header)
@@ -172,6 +206,8 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                        ) -> cpb.UnassignResponse:
         member = self.member
         shards = [await self._shard_id(s, context, "shards") for s in request.shards]
+        for shard in shards:
+            await authorize_shard(shard, self._spec(shard), context)
         chosen: dict[str, list[Any]] = {}
         for shard in shards:
             assigned = assignments_of(member.keyspace, member.layout, shard)

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from aiohttp import web
 
-from gazette.auth import current_caller
+from gazette.auth import PermissionDenied, abort_refused, current_caller
 from gazette.cluster import FORWARDED
 from gazette.consumer.app import Shard
 from gazette.errors import ValidationError
+from gazette.labels import EMPTY, shard_labels
 
 if TYPE_CHECKING:
     from gazette.consumer.member import ConsumerMember
@@ -80,6 +81,8 @@ class AppServices:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             except NoShardPrimary as err:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+            except PermissionDenied as err:
+                await abort_refused(context, err)
             except grpc.aio.AioRpcError as err:
                 await context.abort(err.code(), err.details() or "")
             raise AssertionError("abort() raises")  # pragma: no cover
@@ -99,6 +102,11 @@ class AppServices:
         method = self._methods[path]
         shard_id = method.shard_of(request)
         member = self._member
+        claims = current_caller().claims
+        if claims.scoped:
+            spec = member.resolver.resolve(shard_id).spec
+            claims.require_scope(shard_labels(
+                shard_id, spec.labels if spec is not None else EMPTY), f"shard {shard_id}")
         local = member.shards.items.get(shard_id)
         runner = local.runner if local is not None and local.is_primary else None
         if runner is not None and runner.store is not None:

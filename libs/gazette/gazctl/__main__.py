@@ -93,6 +93,16 @@ def _global_flags() -> Parser:
                        default=argparse.SUPPRESS, metavar="ADDRESS",
                        help="broker address, host:port or http://host:port "
                             "[$BROKER_ADDRESS, gazctl.ini] (default: http://localhost:8080)")
+    group.add_argument("--auth.token", dest="auth_token", default=argparse.SUPPRESS,
+                       metavar="TOKEN", help="bearer token of every request [$AUTH_TOKEN]")
+    group.add_argument("--tls.ca-file", dest="tls_ca_file", default=argparse.SUPPRESS,
+                       metavar="FILE", help="talk TLS, verifying servers with this PEM CA "
+                                            "bundle [$TLS_CA_FILE]")
+    group.add_argument("--tls.cert-file", dest="tls_cert_file", default=argparse.SUPPRESS,
+                       metavar="FILE", help="client certificate, for servers that require "
+                                            "one (mTLS) [$TLS_CERT_FILE]")
+    group.add_argument("--tls.key-file", dest="tls_key_file", default=argparse.SUPPRESS,
+                       metavar="FILE", help="key of --tls.cert-file [$TLS_KEY_FILE]")
     group.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS,
                        default=argparse.SUPPRESS, help="log level [$LOG_LEVEL] (default: info)")
     group.add_argument("--log.format", dest="log_format", choices=("text", "json"),
@@ -104,7 +114,7 @@ def _global_flags() -> Parser:
 def build_parser() -> Parser:
     """The whole command line."""
     from gazette.gazctl import apply as apply_cmd
-    from gazette.gazctl import events_cmd
+    from gazette.gazctl import auth_cmd, events_cmd
     from gazette.gazctl import fragments as fragments_cmd
     from gazette.gazctl import journals as cmd
     from gazette.gazctl import shards as shards_cmd
@@ -236,6 +246,7 @@ def build_parser() -> Parser:
 
     shards_cmd.add_parser(nouns, common, txn_size)
     events_cmd.add_parser(nouns, common)
+    auth_cmd.add_parser(nouns, common)
     return parser
 
 
@@ -301,6 +312,7 @@ class _Invocation:
     stderr: TextIO
     env: Mapping[str, str]
     own_stdout: bool  # the process's stdout (quieted after EPIPE)
+    auth: Any = None  # a gazette.auth.ClientAuth: TLS and the token of every request
 
 
 def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | None,
@@ -326,6 +338,7 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
     try:
         _check_args(args)
         address = broker_address(getattr(args, "broker", None), env)
+        auth = _client_auth(args, env)
         if args.noun == "shards":
             args.consumer_address = consumer_address(getattr(args, "consumer", None), env)
     except UsageError as err:
@@ -333,7 +346,25 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
         return EXIT_USAGE
     return _Invocation(args, address, level, fmt, stdin if stdin is not None else sys.stdin,
                        stdout if stdout is not None else sys.stdout.buffer, err_stream, env,
-                       stdout is None)
+                       stdout is None, auth)
+
+
+def _client_auth(args: argparse.Namespace, env: Mapping[str, str]) -> Any:
+    """The `ClientAuth` of the flags, else the environment (UsageError naming what is
+    wrong: a missing file, a malformed token)."""
+    from gazette.auth import ClientAuth, TLSFiles
+    from gazette.errors import ValidationError
+
+    def value(name: str, var: str) -> str:
+        return str(getattr(args, name, None) or env.get(var, "") or "")
+
+    ca, cert, key = (value("tls_ca_file", "TLS_CA_FILE"),
+                     value("tls_cert_file", "TLS_CERT_FILE"), value("tls_key_file", "TLS_KEY_FILE"))
+    try:
+        tls = TLSFiles(cert, key, ca) if ca or cert else None
+        return ClientAuth(tls, value("auth_token", "AUTH_TOKEN").strip())
+    except ValidationError as err:
+        raise UsageError(str(err)) from None
 
 
 async def _execute(inv: _Invocation) -> int:
@@ -341,8 +372,8 @@ async def _execute(inv: _Invocation) -> int:
     from gazette.gazctl.context import Context
 
     quick = RetryPolicy(attempts=3, initial_delay=0.1, max_delay=0.5)
-    async with JournalClient(inv.address.address, retry=quick) as client, \
-            JournalClient(inv.address.address) as patient:
+    async with JournalClient(inv.address.address, retry=quick, auth=inv.auth) as client, \
+            JournalClient(inv.address.address, auth=inv.auth) as patient:
         ctx = Context(client, patient, inv.stdin, inv.stdout, inv.stderr, dict(inv.env))
         status: int = await inv.args.run(ctx, inv.args)
         return status

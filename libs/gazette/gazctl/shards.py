@@ -49,7 +49,8 @@ def command(verb: ShardsVerb) -> Command:
     little as the context's short-request client (an unreachable member is reported
     at once)."""
     async def run(ctx: Context, args: argparse.Namespace) -> int:
-        async with ShardClient(args.consumer_address.address, retry=ctx.client.retry) as c:
+        async with ShardClient(args.consumer_address.address, retry=ctx.client.retry,
+                               auth=ctx.client.auth) as c:
             return await verb(ctx, c, args)
 
     return run

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import uvloop
 
-from gazette.shell import Flag, add_flags, config_values, serve_until_signalled, setup_logging
+from gazette.shell import (
+    SECURITY_FLAGS,
+    Flag,
+    add_flags,
+    config_values,
+    serve_until_signalled,
+    setup_logging,
+)
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 log = logging.getLogger("gazette_broker")
@@ -62,6 +69,7 @@ SERVE_FLAGS: list[Flag] = [
      "seconds a starting broker waits for etcd to answer (it retries meanwhile)"),
     ("--etcd.prefix", "ETCD_PREFIX", "etcd_prefix", str,
      "etcd prefix of the broker cluster"),
+    *SECURITY_FLAGS,
 ]
 
 

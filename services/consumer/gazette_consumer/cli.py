@@ -25,6 +25,7 @@ import uvloop
 from gazette.consumer import Application
 from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.shell import (
+    SECURITY_FLAGS,
     Flag,
     add_flags,
     config_values,
@@ -65,6 +66,7 @@ SERVE_FLAGS: list[Flag] = [
      "seconds a starting member waits for etcd to answer (it retries meanwhile)"),
     ("--etcd.prefix", "CONSUMER_ETCD_PREFIX", "etcd_root", str,
      "etcd prefix of consumer applications"),
+    *SECURITY_FLAGS,
 ]
 
 
