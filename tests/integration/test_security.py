@@ -8,6 +8,7 @@ import datetime
 import io
 import shutil
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -401,3 +402,18 @@ async def test_gazctl_issues_tokens_and_uses_them(secured: BrokerServer, pki: Pk
     assert code == 1 and "cannot read" in err, err
     code, _, err = await _gazctl("journals", "list", *address, "--auth.token", "two words")
     assert code == 2 and "auth.token" in err, err
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--tls.cert-file", "/nonexistent/cert.pem", "--tls.key-file", "/nonexistent/k.pem"],
+     "tls.cert-file: /nonexistent/cert.pem is not a readable file"),
+    (["--tls.ca-file", __file__], "TLS is all or nothing"),
+    (["--auth.keys-file", "/nonexistent/keys"], "auth.keys-file: cannot read"),
+])
+async def test_serve_refuses_bad_security_flags_naming_them(flags: list[str], says: str
+                                                             ) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gazette_broker", "serve", *flags,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2 and says in err.decode(), err.decode()

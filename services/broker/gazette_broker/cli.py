@@ -17,6 +17,7 @@ from pathlib import Path
 
 import uvloop
 
+from gazette.errors import ValidationError
 from gazette.shell import (
     SECURITY_FLAGS,
     Flag,
@@ -116,7 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         config = config_from_args(args)
         log.info("broker configuration: %s", config)
-        return uvloop.run(serve(config))
+        try:
+            server = BrokerServer(config)
+        except ValidationError as err:  # its TLS files or keys
+            print(f"gazette serve: {err}", file=sys.stderr)
+            return 2
+        return uvloop.run(serve_until_signalled(server, "broker"))
     return int(args.run(args))
 
 

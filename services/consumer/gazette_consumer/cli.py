@@ -24,6 +24,7 @@ import uvloop
 
 from gazette.consumer import Application
 from gazette.consumer.member import ConsumerMember, MemberConfig
+from gazette.errors import ValidationError
 from gazette.shell import (
     SECURITY_FLAGS,
     Flag,
@@ -127,7 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
     log.info("consumer configuration: %s", config)
-    return uvloop.run(serve_until_signalled(ConsumerMember(config, app), "consumer member"))
+    try:
+        member = ConsumerMember(config, app)
+    except ValidationError as err:  # its TLS files or keys
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    return uvloop.run(serve_until_signalled(member, "consumer member"))
 
 
 if __name__ == "__main__":
