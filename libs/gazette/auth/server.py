@@ -157,7 +157,7 @@ class AuthInterceptor(AsyncServerInterceptor):
                 caller.claims.require(need, method_name.rsplit("/", 1)[-1])
         except AuthError as err:
             if hasattr(request_or_iterator, "__aiter__"):
-                await _drain(request_or_iterator)
+                await drain_refused(request_or_iterator)
             await abort_refused(context, err)
         set_caller(caller)
         return await _invoke(method, request_or_iterator, context)
@@ -171,7 +171,9 @@ REFUSAL_DRAIN_SECONDS = 2.0
 REFUSAL_DRAIN_MESSAGES = 64
 
 
-async def _drain(requests: AsyncIterator[Any]) -> None:
+async def drain_refused(requests: AsyncIterator[Any]) -> None:
+    """Read and drop the rest of a refused request stream (bounded), so the refusal
+    reaches the client as sent."""
     with contextlib.suppress(Exception, TimeoutError):
         async with asyncio.timeout(REFUSAL_DRAIN_SECONDS):
             count = 0

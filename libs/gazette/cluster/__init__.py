@@ -8,7 +8,8 @@ spec (a journal, a shard).
 - local items (`LocalItems`): this member's assignments as running, supervised local
   objects, opened, updated and closed as the keyspace changes; `Announcer` writes the
   routes their primaries synced, `StatusWriter` the states of this member's replicas;
-- operations (`add_ops_routes`): ``/metrics`` and ``/healthz`` on a member's HTTP port;
+- operations (`add_ops_routes`, `HttpRunner`): ``/metrics`` and ``/healthz`` on a
+  member's HTTP port, served with bounds on idle and malformed connections;
 - forwarding (`Channels`, `forward_unary`, `forward_stream`, `proxied`): a request for
   an item served elsewhere goes on to a member of its route.
 """
@@ -36,7 +37,7 @@ from gazette.cluster.membership import (
     Membership,
     until_etcd,
 )
-from gazette.cluster.ops import add_ops_routes
+from gazette.cluster.ops import IDLE_TIMEOUT, LISTEN_BACKLOG, HttpRunner, add_ops_routes
 from gazette.cluster.resolver import Resolution, Resolver
 from gazette.cluster.status import StatusWriter, status_consistent
 
@@ -46,10 +47,13 @@ __all__ = [
     "DEFAULT_ETCD_STARTUP_TIMEOUT",
     "DEFAULT_LEASE_TTL",
     "FORWARDED",
+    "IDLE_TIMEOUT",
     "LEASE_MARGIN",
+    "LISTEN_BACKLOG",
     "PROXY_ANSWER_SECONDS",
     "Announcer",
     "Channels",
+    "HttpRunner",
     "LocalItem",
     "LocalItems",
     "Membership",

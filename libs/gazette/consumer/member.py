@@ -32,6 +32,7 @@ from gazette.cluster import (
     DEFAULT_LEASE_TTL,
     Announcer,
     Channels,
+    HttpRunner,
     LocalItems,
     Membership,
     Resolver,
@@ -153,7 +154,7 @@ class ConsumerMember:
         self.health = HealthServicer()
         self.grpc_server: grpc.aio.Server | None = None
         self.port = 0
-        self.http: web.AppRunner | None = None
+        self.http: HttpRunner | None = None
         self.http_port = 0
         self._started = False
         self._temp_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -214,17 +215,13 @@ class ConsumerMember:
             add_ops_routes(http_app, self.membership.ready)
         self.app.register(AppServices(self, self.grpc_server, http_app))
         if http_app is not None:
-            self.http = web.AppRunner(http_app, access_log=None, handle_signals=False,
-                                      shutdown_timeout=cfg.grace)
-            await self.http.setup()
-            site = web.TCPSite(self.http, cfg.bind or None, cfg.http_port,
-                               reuse_address=True, ssl_context=self.security.http_context())
+            self.http = HttpRunner(http_app, grace=cfg.grace, log_name=__name__)
             try:
-                await site.start()
+                self.http_port = await self.http.listen(
+                    cfg.bind or None, cfg.http_port, self.security.http_context())
             except OSError as err:
                 raise OSError(err.errno, f"cannot listen for HTTP on {cfg.bind or '*'}:"
                               f"{cfg.http_port}: {err.strerror}") from err
-            self.http_port = int(self.http.addresses[0][1])
         self.client = JournalClient(cfg.broker_address, auth=self.security.client_auth())
         if cfg.local_dir:
             local_dir = Path(cfg.local_dir)

@@ -42,7 +42,6 @@ from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from gazette import names
 from gazette.auth import (
@@ -61,7 +60,7 @@ from gazette.client import (
     ReadChunk,
     Unavailable,
 )
-from gazette.cluster import CLOSED_DELETED, add_ops_routes
+from gazette.cluster import CLOSED_DELETED, HttpRunner, add_ops_routes
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
@@ -135,6 +134,8 @@ def _int_param(request: web.Request, name: str, default: int, minimum: int) -> i
     if raw is None or raw == "":
         return default
     try:
+        if not (raw.isascii() and raw.removeprefix("-").isdigit()):
+            raise ValueError(raw)  # int() takes " 7", "+7", "1_0" and "\u0667" too
         value = int(raw)
     except ValueError:
         raise HttpError(400, f"{name}: expected an integer, got {short_repr(raw)}") from None
@@ -154,21 +155,6 @@ def _bool_param(request: web.Request, name: str) -> bool:
     raise HttpError(400, f"{name}: expected true or false, got {raw!r}")
 
 
-def _quiet_malformed(record: logging.LogRecord) -> bool:
-    """A malformed request is the client's mistake (or a port scan), and it got its
-    4xx: one debug line instead of aiohttp's "Error handling request" traceback."""
-    exc = record.exc_info[1] if record.exc_info else None
-    if not isinstance(exc, HttpProcessingError):
-        return True  # a handler's own failure keeps its traceback
-    remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
-    log.debug("malformed HTTP request from %s: %s", remote,
-              " ".join(str(exc.message).split())[:200])
-    return False
-
-
-#: aiohttp's server log for the gateway, with malformed requests quieted.
-_server_log = logging.getLogger(f"{__name__}.server")
-_server_log.addFilter(_quiet_malformed)
 
 
 class HttpGateway:
@@ -196,24 +182,19 @@ class HttpGateway:
             else []
         app = web.Application(client_max_size=1 << 20, middlewares=middlewares)
         add_ops_routes(app, lambda: self.ready())
-        app.router.add_route("PUT", "/{journal:.+}", self._append)
-        app.router.add_route("POST", "/{journal:.+}", self._append)
-        app.router.add_get("/{journal:.+}", self._read)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=grace, logger=_server_log)
-        self._site: web.TCPSite | None = None
+        # Any character (a newline too): a bad name is refused naming the field.
+        app.router.add_route("PUT", "/{journal:[\\s\\S]+}", self._append)
+        app.router.add_route("POST", "/{journal:[\\s\\S]+}", self._append)
+        app.router.add_get("/{journal:[\\s\\S]+}", self._read)
+        self._runner = HttpRunner(app, grace=grace, log_name=__name__)
 
     async def start(self, host: str | None, port: int, ssl: SSLContext | None = None
                     ) -> int:
         """Listen on `host`:`port` (port 0: a free one), over TLS with `ssl`; returns
         the port."""
-        await self._runner.setup()
         if host is None and port == 0:
             host = "0.0.0.0"
-        self._site = web.TCPSite(self._runner, host, port, reuse_address=True,
-                                 ssl_context=ssl)
-        await self._site.start()
-        return int(self._runner.addresses[0][1])
+        return await self._runner.listen(host, port, ssl)
 
     async def stop(self) -> None:
         """Stop listening; requests in flight get `grace` seconds, then are cancelled."""

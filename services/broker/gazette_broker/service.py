@@ -22,6 +22,7 @@ import grpc
 from gazette.auth import Capability
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import decode_append_request, decode_replicate_request, encode_read_response
+from gazette_broker.malformed import guarded
 from gazette_broker.service_appends import AppendRpcs
 from gazette_broker.service_reads import ReadRpcs
 from gazette_broker.service_specs import SpecRpcs
@@ -60,6 +61,7 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
             for method in ("Append", "AppendWhole"):
                 handlers[method] = handlers[method]._replace(
                     request_deserializer=decode_append_request)
+            handlers = guarded(handlers, name)  # malformed requests: INVALID_ARGUMENT
             server.add_generic_rpc_handlers(
                 (grpc.method_handlers_generic_handler(name, handlers),))
             server.add_registered_method_handlers(  # type: ignore[attr-defined]
