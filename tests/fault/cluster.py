@@ -1,7 +1,8 @@
 """Shared pieces of the fault tests: `gazette serve` processes that keep their name, ports
-and spool folder across restarts, writers of self-describing records, parsing and
-checking what a journal holds, reading what one broker itself serves, and freezing a
-process (SIGSTOP/SIGCONT)."""
+and spool folder across restarts (with mutual TLS and authorization on, as every fault
+suite runs: `tests.fixtures.security.ClusterSecurity`), writers of self-describing
+records, parsing and checking what a journal holds, reading what one broker itself
+serves, and freezing a process (SIGSTOP/SIGCONT)."""
 
 from __future__ import annotations
 
@@ -16,21 +17,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-
+from gazette.auth import ClientAuth
 from gazette.client import AppendUncertain, JournalClient, RetryPolicy
 from gazette.client.errors import BrokerError, Unavailable
 from gazette.local.process import Process
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import ProcessId
+from tests.fixtures.security import ClusterSecurity
 
 
 @dataclass
 class Broker:
     """A `gazette serve` process that keeps its name, ports and spool folder across
-    restarts. Its `file:///` store root is `workdir / "store"`; `http_port` -1: no HTTP
-    gateway."""
+    restarts, serving with `security`. Its `file:///` store root is `workdir / "store"`;
+    `http_port` -1: no HTTP gateway."""
 
     zone: str
     name: str
@@ -39,6 +40,7 @@ class Broker:
     etcd: str
     prefix: str
     lease_ttl: int
+    security: ClusterSecurity
     http_port: int = -1
     process: Process = field(init=False)
     #: How often this broker was SIGKILLed by the test.
@@ -53,7 +55,8 @@ class Broker:
                 "--broker.spool-dir", str(self.workdir / f"spools-{self.name}"),
                 "--broker.lease-ttl", str(self.lease_ttl), "--broker.grace", "2",
                 "--broker.drain-timeout", "20",
-                "--etcd.address", self.etcd, "--etcd.prefix", self.prefix]
+                "--etcd.address", self.etcd, "--etcd.prefix", self.prefix,
+                *self.security.flags()]
         self.process = Process(self.name, argv, self.workdir / f"{self.name}.log")
 
     @property
@@ -66,7 +69,7 @@ class Broker:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"https://127.0.0.1:{self.http_port}"
 
     @property
     def log_path(self) -> Path:
@@ -101,6 +104,7 @@ class Writer:
 
     id: int
     journal: str
+    auth: ClientAuth
     interval: float = 0.0
     acked: list[int] = field(default_factory=list)
     uncertain: set[int] = field(default_factory=set)
@@ -121,7 +125,7 @@ class Writer:
 
     async def run(self, target: str, stop: asyncio.Event) -> None:
         retry = RetryPolicy(attempts=60, initial_delay=0.05, max_delay=0.5)
-        async with JournalClient(target, retry=retry, timeout=10) as client:
+        async with JournalClient(target, retry=retry, timeout=10, auth=self.auth) as client:
             seq = 0
             while not stop.is_set():
                 started = time.monotonic()
@@ -163,7 +167,7 @@ async def read_from(broker: Broker, journal: str, head: int, timeout: float = 60
     """Everything `broker` itself serves of `journal` up to `head` (do_not_proxy);
     a read stopped short (content still being persisted by a peer) is tried again, for
     up to `timeout` seconds."""
-    async with grpc.aio.insecure_channel(broker.address) as ch:
+    async with broker.security.channel(broker.address) as ch:
         stub = broker_pb2_grpc.JournalStub(ch)
         deadline = time.monotonic() + timeout
         while True:

@@ -5,6 +5,7 @@ batch taking a while so that a kill lands in the middle of one."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 from typing import Any
@@ -15,10 +16,12 @@ from tests.fixtures.events import Order
 ORDERS = Topic("orders", Order, key=lambda o: o.customer, partitions=2)
 
 
-async def main(broker: str, etcd: str, dsn: str, consumer_root: str, name: str) -> None:
+async def main(broker: str, etcd: str, dsn: str, consumer_root: str, name: str,
+               security: str = "{}") -> None:
+    """`security`: JSON of the members' security options (`SecurityConfig` fields)."""
     events = Events(broker_address=broker, etcd_address=etcd, dsn=dsn, catch_up=False,
                     member={"host": "127.0.0.1", "lease_ttl": 2, "etcd_root": consumer_root,
-                            "suffix": name, "drain_timeout": 5.0})
+                            "suffix": name, "drain_timeout": 5.0, **json.loads(security)})
 
     @events.exactly_once("effects", ORDERS, batch_size=20)
     async def apply(tx: Any, batch: list[Event[Order]]) -> None:

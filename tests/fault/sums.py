@@ -1,7 +1,8 @@
 """Shared pieces of the stream-sum fault tests: ``gazette-consumer serve`` members that
 keep their names and ports across restarts, a cluster of etcd and three brokers with
 the stream-sum journals and shards, the driver's load, and waits on members' leases
-and shards' primaries."""
+and shards' primaries. Mutual TLS and authorization are on everywhere
+(`ClusterSecurity`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from gazette.local.process import Process, free_port, log_tail
 from gazette_consumer.examples.stream_sum import APP, SUMS, Driver, setup, shard_id
 from tests.fault.cluster import Broker
 from tests.fixtures.polling import eventually
+from tests.fixtures.security import ClusterSecurity
 
 BROKERS = "/gazette/cluster"
 CONSUMERS = "/gazette/consumers"
@@ -43,6 +45,7 @@ class Member:
     etcd: str
     brokers: str
     env: dict[str, str]
+    security: ClusterSecurity
     port: int = field(default_factory=free_port)
     process: Process = field(init=False)
 
@@ -53,7 +56,7 @@ class Member:
                 "--consumer.port", str(self.port), "--consumer.http-port", str(free_port()),
                 "--consumer.lease-ttl", str(LEASE_TTL), "--consumer.drain-timeout", "20",
                 "--broker.address", self.brokers, "--etcd.address", self.etcd,
-                "--etcd.prefix", CONSUMERS]
+                "--etcd.prefix", CONSUMERS, *self.security.flags()]
         self.process = Process(self.name, argv, self.workdir / f"{self.name}.log",
                                env=self.env)
 
@@ -66,6 +69,7 @@ class Cluster:
     workdir: Path
     etcd: EmbeddedEtcd
     brokers: list[Broker]
+    security: ClusterSecurity
     members: list[Member] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     consumers: Layout = field(default_factory=lambda: Layout.consumer_app(APP, CONSUMERS))
@@ -78,7 +82,8 @@ class Cluster:
         return "ipv4:" + ",".join(b.address for b in self.brokers)
 
     def member(self, name: str, env: dict[str, str], zone: str = "zone-a") -> Member:
-        member = Member(zone, name, self.workdir, self.etcd.endpoint, self.target, env)
+        member = Member(zone, name, self.workdir, self.etcd.endpoint, self.target, env,
+                        self.security)
         self.members.append(member)
         member.process.start()
         return member
@@ -140,15 +145,17 @@ class Cluster:
 async def running_cluster(workdir: Path, **setup_kw: Any) -> AsyncIterator[Cluster]:
     """The cluster, its journals and shards made (`setup_kw`: more of `setup`'s options);
     members are started by the test, and everything is killed at the end."""
-    etcd = EmbeddedEtcd(workdir / "etcd")
+    security = ClusterSecurity.make(workdir / "pki")
+    etcd = EmbeddedEtcd(workdir / "etcd", tls=security.etcd_tls)
     await asyncio.to_thread(etcd.start)
     brokers = [Broker(zone, f"broker-{i}", free_port(), workdir, etcd.endpoint, BROKERS,
-                      LEASE_TTL) for i, zone in enumerate(["zone-a", "zone-a", "zone-b"])]
-    cluster = Cluster(workdir, etcd, brokers)
+                      LEASE_TTL, security)
+               for i, zone in enumerate(["zone-a", "zone-a", "zone-b"])]
+    cluster = Cluster(workdir, etcd, brokers, security)
     try:
         for b in brokers:
             b.start()
-        async with Etcd(etcd.endpoint) as client, \
+        async with Etcd(etcd.endpoint, tls=security.etcd_tls) as client, \
                 KeySpace(client, cluster.cluster.root + "/",
                          Decoder(cluster.cluster)) as brokers_ks, \
                 KeySpace(client, cluster.consumers.root + "/",
@@ -156,7 +163,7 @@ async def running_cluster(workdir: Path, **setup_kw: Any) -> AsyncIterator[Clust
             cluster.keyspace, cluster.broker_keyspace = consumers_ks, brokers_ks
             await eventually(lambda: len(brokers_ks.prefixed(cluster.cluster.members)) == 3,
                              "three brokers joined", 30)
-            async with JournalClient(cluster.target) as journals:
+            async with JournalClient(cluster.target, auth=security.client()) as journals:
                 await setup(journals, client, replication=3, etcd_root=CONSUMERS, **setup_kw)
             await eventually(lambda: cluster.journal_ok(SUMS), "the journals are assigned",
                              30)

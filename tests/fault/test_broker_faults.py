@@ -3,7 +3,7 @@ while writers append self-describing records: primaries are SIGKILLed and restar
 another broker is SIGTERMed (drained) and restarted, and etcd is restarted. Afterwards
 every acknowledged record is there exactly once, in its writer's order, no record is
 torn or interleaved, every persisted fragment's SHA-1 checks, and every broker returns
-the same bytes."""
+the same bytes. Mutual TLS and authorization are on throughout (etcd's too)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import grpc
 import pytest
 
 from gazette.allocator import assignments_of, route_of
+from gazette.auth import Capability
 from gazette.keyspace import Etcd, KeySpace, Layout
 from gazette.keyspace.specs import Decoder, apply_changes
 from gazette.local.etcd import EmbeddedEtcd
@@ -27,6 +27,7 @@ from gazette.pb import broker_pb2_grpc
 from gazette.protocol.trees import journal_changes_from_yaml
 from tests.fault.cluster import Broker, Writer, parse, read_from
 from tests.fixtures.polling import eventually
+from tests.fixtures.security import ClusterSecurity
 
 pytestmark = pytest.mark.integration
 
@@ -47,20 +48,24 @@ fragment:
 
 async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
     started = time.monotonic()
-    etcd = EmbeddedEtcd(tmp_path / "etcd")
+    security = ClusterSecurity.make(tmp_path / "pki")
+    etcd = EmbeddedEtcd(tmp_path / "etcd", tls=security.etcd_tls)
     await asyncio.to_thread(etcd.start)
     brokers = [Broker(zone, f"broker-{i}", free_port(), tmp_path, etcd.endpoint, PREFIX,
-                      LEASE_TTL)
+                      LEASE_TTL, security)
                for i, zone in enumerate(["zone-a", "zone-a", "zone-b"])]
     layout = Layout(PREFIX)
     stop = asyncio.Event()
-    writers = [Writer(i, JOURNAL) for i in range(WRITERS)]
+    # Each writer may append to the journal only.
+    writers = [Writer(i, JOURNAL, security.client(Capability.APPEND,
+                                                  selector=f"name={JOURNAL}"))
+               for i in range(WRITERS)]
     faults: list[str] = []
     tasks: list[asyncio.Task[None]] = []
     try:
         for b in brokers:
             b.start()
-        async with Etcd(etcd.endpoint) as client, \
+        async with Etcd(etcd.endpoint, tls=security.etcd_tls) as client, \
                 KeySpace(client, layout.root + "/", Decoder(layout)) as keyspace:
 
             def route_ok(members: int = 3) -> bool:
@@ -136,7 +141,7 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
             head = 0
             now_primary = primary()
             assert now_primary is not None
-            async with grpc.aio.insecure_channel(now_primary.address) as ch:
+            async with security.channel(now_primary.address) as ch:
                 resp = await anext(aiter(broker_pb2_grpc.JournalStub(ch).Read(
                     pb.ReadRequest(journal=JOURNAL, offset=-1, metadata_only=True,
                                    do_not_proxy=True))))

@@ -19,7 +19,8 @@ journal's; every replica serves the same bytes; every re-read was a prefix of
 on, reached the write head it announced (no byte skipped, none cut short mid-body); the
 blocking reader saw exactly that content. The test prints a summary: appends acknowledged,
 refused and uncertain by status and journal, the client's retries by status, the
-re-reads and their outcomes, and the faults injected; then every problem found.
+re-reads and their outcomes, and the faults injected; then every problem found. Mutual
+TLS and authorization are on throughout (etcd's too; HTTP re-reads carry a token).
 
 Lease TTL and etcd freeze: the brokers' leases are *meant to survive* the freeze. With a
 TTL of 10 s a broker refreshes its lease every 3.3 s, so at worst 3.3 + 5 = 8.3 s pass
@@ -46,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import grpc
 import pytest
 
 from gazette.allocator import assignments_of, route_of
+from gazette.auth import ClientAuth
 from gazette.client import JournalClient, RetryPolicy
 from gazette.client.errors import BrokerError, Unavailable
 from gazette.fragment.codec import decompress
@@ -63,6 +64,7 @@ from gazette.pb import broker_pb2_grpc
 from gazette.protocol.trees import journal_changes_from_yaml
 from tests.fault.cluster import Broker, Writer, pause, read_from, resume
 from tests.fixtures.polling import eventually
+from tests.fixtures.security import ClusterSecurity
 
 pytestmark = pytest.mark.integration
 
@@ -269,9 +271,9 @@ class Follower:
                 f"(the chunks' offsets jump): {', '.join(self.skips[:5])}"
                 + (", ..." if len(self.skips) > 5 else "")]
 
-    async def run(self, target: str) -> None:
+    async def run(self, target: str, auth: ClientAuth) -> None:
         retry = RetryPolicy(attempts=100, initial_delay=0.05, max_delay=0.5)
-        async with JournalClient(target, retry=retry, timeout=10) as client:
+        async with JournalClient(target, retry=retry, timeout=10, auth=auth) as client:
             while True:
                 try:
                     async with contextlib.aclosing(client.read(
@@ -292,13 +294,14 @@ class Follower:
 async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing_nothing(
         tmp_path: Path) -> None:
     started = time.monotonic()
-    etcd = EmbeddedEtcd(tmp_path / "etcd")
+    security = ClusterSecurity.make(tmp_path / "pki")
+    etcd = EmbeddedEtcd(tmp_path / "etcd", tls=security.etcd_tls)
     await asyncio.to_thread(etcd.start)
     store = tmp_path / "store"
     failing_dir, outage_file = store / "failing", store / "failing.outage"
     store_dirs = {j: failing_dir if j == FAILING else store for j in JOURNALS}
     brokers = [Broker(zone, f"broker-{i}", free_port(), tmp_path, etcd.endpoint, PREFIX,
-                      LEASE_TTL, http_port=free_port())
+                      LEASE_TTL, security, http_port=free_port())
                for i, zone in enumerate(["zone-a", "zone-a", "zone-b", "zone-b"])]
     first, newcomer = brokers[:3], brokers[3]
     by_id = {b.id: b for b in brokers}
@@ -307,7 +310,7 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
     writers: list[Writer] = []
     for journal, count in WRITERS.items():
         for _ in range(count):
-            writers.append(Writer(len(writers), journal,
+            writers.append(Writer(len(writers), journal, security.client(),
                                   WRITE_INTERVAL.get(journal, DEFAULT_WRITE_INTERVAL)))
     rereads, follower = ReReads(), Follower()
     faults: list[str] = []
@@ -353,8 +356,8 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
         client = read_clients.get(lead.name)
         if client is None:
             retry = RetryPolicy(attempts=20, initial_delay=0.05, max_delay=0.5)
-            client = read_clients[lead.name] = JournalClient(target(lead), retry=retry,
-                                                             timeout=10)
+            client = read_clients[lead.name] = JournalClient(
+                target(lead), retry=retry, timeout=10, auth=security.client())
         read = ReRead(n, f"gRPC via client of ipv4:{lead.address},... (first {lead.name})",
                       time.monotonic())
         kills_before = kills()
@@ -434,7 +437,7 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
         rereads.add(read, bytes(data))
 
     async def reread_loop() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with security.http() as http:
             n = 0
             while not stop_reading.is_set():
                 live = [b for b in brokers if b.process.running()] or brokers
@@ -479,9 +482,9 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
         retries.__enter__()
         for b in first:
             b.start()
-        async with Etcd(etcd.endpoint) as client, \
+        async with Etcd(etcd.endpoint, tls=security.etcd_tls) as client, \
                 KeySpace(client, layout.root + "/", Decoder(layout)) as keyspace, \
-                aiohttp.ClientSession() as http:
+                security.http() as http:
 
             def route_ok(journal: str) -> bool:
                 assigned = assignments_of(keyspace, layout, journal)
@@ -564,7 +567,7 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
             tasks += [asyncio.create_task(w.run(target(first[w.id % 3]), stop_writing))
                       for w in writers]
             await progress(30)
-            tasks.append(asyncio.create_task(follower.run(target(first[1]))))
+            tasks.append(asyncio.create_task(follower.run(target(first[1]), security.client())))
             tasks.append(asyncio.create_task(reread_loop()))
             await eventually(lambda: len(rereads.reads) >= 4, "a few re-reads are done", 30)
 
@@ -731,7 +734,7 @@ async def test_cluster_survives_etcd_freeze_primary_kill_and_store_outage_losing
             for journal in JOURNALS:
                 lead = primary(journal)
                 assert lead is not None, f"{journal} has no primary"
-                async with grpc.aio.insecure_channel(lead.address) as ch:
+                async with security.channel(lead.address) as ch:
                     resp = await anext(aiter(broker_pb2_grpc.JournalStub(ch).Read(
                         pb.ReadRequest(journal=journal, offset=-1, metadata_only=True,
                                        do_not_proxy=True))))

@@ -1,31 +1,59 @@
 """An exactly-once handler's effects land exactly once when its process is SIGKILLed in
-the middle of a batch, another takes over, and events are sent again."""
+the middle of a batch, another takes over, and events are sent again. Mutual TLS and
+authorization are on (etcd's too): the members and the producer hold the signing keys."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from gazette.local import Process
+from gazette.local.etcd import EmbeddedEtcd
 from gazette_broker import BrokerServer
 from tests.fault.events_member import ORDERS
+from tests.fixtures.broker import broker_config
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.events import Order, new_events
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.security import ClusterSecurity
 
 pytestmark = pytest.mark.integration
 EVENTS = 1500
 
 
+@contextlib.asynccontextmanager
+async def secure_cluster(workdir: Path, prefix: str
+                         ) -> AsyncIterator[tuple[EtcdServer, BrokerServer, ClusterSecurity]]:
+    """An etcd and a broker of their own, both with mutual TLS and authorization."""
+    security = ClusterSecurity.make(workdir / "pki")
+    etcd = EmbeddedEtcd(workdir / "etcd", tls=security.etcd_tls)
+    await asyncio.to_thread(etcd.start)
+    try:
+        broker = BrokerServer(broker_config(etcd.endpoint, prefix, workdir,
+                                            **security.config()))
+        await broker.start()
+        try:
+            yield etcd, broker, security
+        finally:
+            await broker.stop()
+    finally:
+        await asyncio.to_thread(etcd.stop)
+
+
 def member(name: str, broker: BrokerServer, etcd: EtcdServer, dsn: str, root: str,
-           workdir: Path) -> Process:
+           security: ClusterSecurity, workdir: Path) -> Process:
     proc = Process(name, [sys.executable, "-m", "tests.fault.events_member",
-                          broker.grpc_address, etcd.endpoint, dsn, root, name],
+                          broker.grpc_address, etcd.endpoint, dsn, root, name,
+                          json.dumps(security.config())],
                    workdir / f"{name}.log", cwd=Path(__file__).parents[2])
     proc.start()
     return proc
@@ -43,14 +71,20 @@ async def effects(dsn: str) -> tuple[int, int, dict[str, int]]:
 
 
 async def test_exactly_once_effects_survive_a_sigkill_mid_batch_and_re_sent_events(
-        broker_server: BrokerServer, etcd_server: EtcdServer, consumer_root: str,
-        pg_database: PgDatabase, tmp_path: Path) -> None:
+        etcd_prefix: str, consumer_root: str, pg_database: PgDatabase, tmp_path: Path
+        ) -> None:
     dsn = pg_database.dsn
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("CREATE TABLE effects (event_id TEXT NOT NULL, member TEXT)")
-    producer = new_events(broker_server, etcd_server, consumer_root)
+    async with secure_cluster(tmp_path, etcd_prefix) as (etcd, broker, security):
+        await run_faults(etcd, broker, security, dsn, consumer_root, tmp_path)
+
+
+async def run_faults(etcd: EtcdServer, broker: BrokerServer, security: ClusterSecurity,
+                     dsn: str, consumer_root: str, tmp_path: Path) -> None:
+    producer = new_events(broker, etcd, consumer_root, member=security.config())
     ids = [f"order-{i}" for i in range(EVENTS)]
-    first = member("first", broker_server, etcd_server, dsn, consumer_root, tmp_path)
+    first = member("first", broker, etcd, dsn, consumer_root, security, tmp_path)
     second = None
     try:
         async with producer:
@@ -63,8 +97,7 @@ async def test_exactly_once_effects_survive_a_sigkill_mid_batch_and_re_sent_even
             first.kill()  # SIGKILL, in the middle of a batch
             done_by_first = (await effects(dsn))[0]
             assert done_by_first < EVENTS, "the kill came too late to mean anything"
-            second = member("second", broker_server, etcd_server, dsn, consumer_root,
-                            tmp_path)
+            second = member("second", broker, etcd, dsn, consumer_root, security, tmp_path)
             # Half of the events are sent again (as an outbox might after a crash).
             await producer.produce(ORDERS, *[Order(id=i, customer=f"c{i % 7}")
                                              for i in range(0, EVENTS, 2)],

@@ -100,7 +100,8 @@ async def test_sqlite_sums_exact_with_hot_standbys_through_faults(tmp_path: Path
                    (("m0", "zone-a"), ("m1", "zone-a"), ("m2", "zone-b"))]
         await ready(cluster)
         retry = RetryPolicy(attempts=100, initial_delay=0.05, max_delay=0.5)
-        async with JournalClient(cluster.target, retry=retry) as client, \
+        async with JournalClient(cluster.target, retry=retry,
+                                 auth=cluster.security.client()) as client, \
                 Driver(client, seed=11) as driver, Load(driver, cluster) as load:
             await load.progress()
 

@@ -108,6 +108,16 @@ async def test_tls_client_without_the_ca_is_refused(secured: BrokerServer, pki: 
     assert secured.endpoint.startswith("https://")
 
 
+async def test_a_list_of_addresses_is_verified_against_its_first_host(
+        secured: BrokerServer, pki: Pki) -> None:
+    # grpc took "127.0.0.1:p,127.0.0.1:p" for one host name and refused the certificate
+    # ("Hostname Verification Check failed"): the fault suites' clients caught it.
+    target = f"ipv4:{secured.grpc_address},{secured.grpc_address}"
+    async with JournalClient(target, retry=ONCE, timeout=10,
+                             auth=pki.client(token=token(K1, Capability.LIST))) as c:
+        assert len((await c.list()).journals) == 3
+
+
 async def test_mtls_without_a_client_certificate_is_refused(
         etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path, pki: Pki) -> None:
     tls = pki.issue("broker")

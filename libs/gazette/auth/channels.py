@@ -104,5 +104,24 @@ def open_channel(target: str, options: Sequence[tuple[str, Any]],
                                                 _StreamStream)]
     if auth.tls is not None:
         return grpc.aio.secure_channel(target, auth.tls.channel_credentials(),
-                                       options=options, interceptors=interceptors)
+                                       options=[*options, *_server_name(target, options)],
+                                       interceptors=interceptors)
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+
+
+def _server_name(target: str, options: Sequence[tuple[str, Any]]
+                 ) -> list[tuple[str, str]]:
+    """For a list of addresses (``ipv4:10.0.0.1:8080,10.0.0.2:8080``), the name their
+    certificates are checked against: grpc would take the whole list for one host name
+    and refuse every certificate. The first address's host stands for all of them: each
+    server's certificate must cover it (one certificate for every member, as in tests).
+    Names that resolve to several addresses (``dns:///brokers:8080``) have no such
+    limit."""
+    scheme, _, addresses = target.partition(":")
+    if scheme not in ("ipv4", "ipv6") or "," not in addresses or any(
+            name == "grpc.ssl_target_name_override" for name, _ in options):
+        return []
+    first = addresses.split(",", 1)[0]
+    host = first[1:first.index("]")] if first.startswith("[") else (
+        first.rsplit(":", 1)[0] if scheme == "ipv4" else first)
+    return [("grpc.ssl_target_name_override", host)]

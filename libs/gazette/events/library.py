@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gazette.auth import Capability, ClientAuth, MemberSecurity, SecurityConfig
 from gazette.client import AppendQueue, JournalClient
 from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.errors import ValidationError
@@ -28,6 +30,10 @@ log = logging.getLogger("gazette.events")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 #: Seconds an append of produced events may take to be acknowledged.
 PRODUCE_TIMEOUT = 30.0
+#: What the token an `Events` with the signing keys issues itself grants: making topics'
+#: journals (list, apply), producing and reading them.
+PRODUCER_CAPABILITIES = frozenset({Capability.LIST, Capability.APPLY, Capability.READ,
+                                   Capability.APPEND})
 
 
 class EventsTx:
@@ -54,7 +60,10 @@ class Events:
     topics given to `register` may be used. With `create_topics` off, a topic without
     journals is an error instead of being created. `member` sets options of the group
     members this process runs (`MemberConfig` fields: ``host``, ``port``, ``zone``,
-    ``lease_ttl``...)."""
+    ``lease_ttl``..., and the security ones: ``tls_cert_file``, ``auth_keys_file`` or
+    ``auth_token``, ``etcd_ca_file``...). `auth` is how this process produces and
+    reads; by default, as its members call brokers (with their TLS files and their own
+    token), or in plain text if they have no security options."""
 
     def __init__(self, *, broker_address: str = "localhost:8080",
                  etcd_address: str = "http://localhost:2379", dsn: str | None = None,
@@ -62,7 +71,7 @@ class Events:
                  prefix: str = DEFAULT_PREFIX, replication: int = 1,
                  fragment_store: str = "file:///", member: Mapping[str, Any] | None = None,
                  catch_up: bool = True, catch_up_interval: float = 5.0,
-                 catch_up_min_age: float = 5.0) -> None:
+                 catch_up_min_age: float = 5.0, auth: ClientAuth | None = None) -> None:
         if not prefix.endswith("/"):
             raise ValidationError("prefix", f"must end with '/', got {prefix!r}")
         self.broker_address, self.etcd_address, self.dsn = broker_address, etcd_address, dsn
@@ -70,6 +79,7 @@ class Events:
         self._create, self._prefix = create_topics, prefix
         self._replication, self._fragment_store = replication, fragment_store
         self._member_options = dict(member or {})
+        self._auth = auth
         self._catch_up = (CatchUp(dsn, self._publish_rows, interval=catch_up_interval,
                                   min_age=catch_up_min_age) if dsn is not None else None)
         self._run_catch_up = catch_up
@@ -253,7 +263,7 @@ class Events:
     async def start(self) -> None:
         """Connect; make the tables; join the groups (one consumer member each);
         subscribe the broadcast handlers; start the catch-up producer."""
-        self._client = JournalClient(self.broker_address)
+        self._client = JournalClient(self.broker_address, auth=self._client_auth())
         self._appender = AppendQueue(self._client, resend=True)
         self._publisher = Publisher(self._appender)
         self._catalog = Catalog(self._client, self._prefix, self._replication,
@@ -273,6 +283,17 @@ class Events:
         except BaseException:
             await self.stop()
             raise
+
+    def _client_auth(self) -> ClientAuth | None:
+        if self._auth is not None:
+            return self._auth
+        fields = {f.name for f in dataclasses.fields(SecurityConfig)}
+        options = {k: v for k, v in self._member_options.items() if k in fields}
+        if not options:
+            return None
+        security = MemberSecurity(SecurityConfig(**options), "events producer",
+                                  PRODUCER_CAPABILITIES, {})
+        return security.client_auth()
 
     async def _join(self, group: Group) -> None:
         options = {"port": 0, "http_port": -1, **self._member_options}
