@@ -14,7 +14,14 @@ import psycopg
 import pytest
 
 from gazette.client import JournalClient
-from gazette.events import Event, EventTypeError, OnFailure, Topic, TopicNotRegistered
+from gazette.events import (
+    Event,
+    Events,
+    EventTypeError,
+    OnFailure,
+    Topic,
+    TopicNotRegistered,
+)
 from gazette.events.outbox import OUTBOX
 from gazette.message import JsonMessage, Partition, Publisher
 from gazette_broker import BrokerServer
@@ -397,6 +404,12 @@ async def test_registration_and_topic_creation_fail_clearly(
         pass
     with pytest.raises(Exception, match="group: 'bad group!' has invalid character"):
         strict.idempotent("bad group!", ORDERS, handler)
+    # A misspelt member option is refused at once, not when a group first joins (or
+    # never, for a process that only produces: a security option would be lost).
+    with pytest.raises(Exception, match="member: unknown option 'auth_tokn'"):
+        Events(member={"auth_tokn": "x"})
+    with pytest.raises(Exception, match="member: unknown option 'app_name'"):
+        Events(member={"app_name": "mine"})
 
 
 async def test_a_partition_journal_written_directly_is_read_too(

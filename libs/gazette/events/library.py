@@ -36,6 +36,10 @@ PRODUCER_CAPABILITIES = frozenset({Capability.LIST, Capability.APPLY, Capability
                                    Capability.APPEND})
 
 
+#: `MemberConfig` fields an `Events` sets itself, not from its `member` options.
+_SET_BY_EVENTS = frozenset({"app_name", "broker_address", "etcd_address"})
+
+
 class EventsTx:
     """The open transaction of `Events.transaction`: run your statements on
     `connection`; `produce` events that are published if, and once, it commits."""
@@ -79,6 +83,11 @@ class Events:
         self._create, self._prefix = create_topics, prefix
         self._replication, self._fragment_store = replication, fragment_store
         self._member_options = dict(member or {})
+        known = {f.name for f in dataclasses.fields(MemberConfig)} - _SET_BY_EVENTS
+        unknown = sorted(set(self._member_options) - known)
+        if unknown:
+            raise ValidationError("member", f"unknown option {unknown[0]!r} (known: "
+                                  f"{', '.join(sorted(known))})")
         self._auth = auth
         self._catch_up = (CatchUp(dsn, self._publish_rows, interval=catch_up_interval,
                                   min_age=catch_up_min_age) if dsn is not None else None)
