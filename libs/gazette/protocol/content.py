@@ -40,7 +40,9 @@ def content_field(field: int, parts: Sequence[Buffer], size: int) -> list[Buffer
     return [varint(field << 3 | 2), varint(size), *parts]
 
 
-def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+def read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `raw[pos:]` and the position after it (DecodeError if truncated
+    or overlong)."""
     value = shift = 0
     while True:
         if pos >= len(raw) or shift > 63:
@@ -60,12 +62,12 @@ def field_span(raw: bytes, field: int) -> tuple[int, int, int]:
     pos, end = 0, len(raw)
     while pos < end:
         tag_at = pos
-        key, pos = _read_varint(raw, pos)
+        key, pos = read_varint(raw, pos)
         wire = key & 7
         if wire == 0:
-            _, pos = _read_varint(raw, pos)
+            _, pos = read_varint(raw, pos)
         elif wire == 2:
-            length, pos = _read_varint(raw, pos)
+            length, pos = read_varint(raw, pos)
             if pos + length > end:
                 raise DecodeError("a length-delimited field runs past the message")
             if key >> 3 == field:

@@ -24,8 +24,10 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError
 
 from gazette.auth import drain_refused
+from gazette.protocol.content import read_varint
 
 #: How deep `diagnose` follows nested messages.
 MAX_DEPTH = 32
@@ -43,18 +45,6 @@ class Malformed:
         self.reason = reason
 
 
-def _varint(raw: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(raw) and shift < 64:
-        byte = raw[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("a truncated or overlong varint")
-
-
 def diagnose(desc: Descriptor, raw: bytes, path: str = "", depth: int = 0) -> str:
     """Where `raw` (a serialized `desc`) is malformed, as ``field: reason``; "" if this
     walk of the wire format finds nothing (protobuf refused it for another reason)."""
@@ -62,8 +52,8 @@ def diagnose(desc: Descriptor, raw: bytes, path: str = "", depth: int = 0) -> st
     seen: dict[int, int] = {}
     while pos < len(raw):
         try:
-            key, pos = _varint(raw, pos)
-        except ValueError as err:
+            key, pos = read_varint(raw, pos)
+        except DecodeError as err:
             return f"{path or 'request'}: {err} at byte {pos}"
         number, wire = key >> 3, key & 7
         field = desc.fields_by_number.get(number)
@@ -75,8 +65,8 @@ def diagnose(desc: Descriptor, raw: bytes, path: str = "", depth: int = 0) -> st
             seen[number] = seen.get(number, 0) + 1
         if wire == 0:
             try:
-                _, pos = _varint(raw, pos)
-            except ValueError as err:
+                _, pos = read_varint(raw, pos)
+            except DecodeError as err:
                 return f"{name}: {err}"
         elif wire == 1 or wire == 5:
             pos += 8 if wire == 1 else 4
@@ -84,8 +74,8 @@ def diagnose(desc: Descriptor, raw: bytes, path: str = "", depth: int = 0) -> st
                 return f"{name}: runs past the end of the message"
         elif wire == 2:
             try:
-                length, pos = _varint(raw, pos)
-            except ValueError as err:
+                length, pos = read_varint(raw, pos)
+            except DecodeError as err:
                 return f"{name}: {err}"
             if pos + length > len(raw):
                 return f"{name}: its length ({length}) runs past the end of the message"
