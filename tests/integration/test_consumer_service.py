@@ -111,3 +111,25 @@ async def test_list_apply_hints_and_unassign(group: Group) -> None:
         await eventually(lambda: "shard-0" in primaries(members), "shard-0 runs again",
                          timeout=20)
         assert set(primaries(members)) >= set(before)
+
+
+async def test_malformed_request_messages_are_invalid_argument_naming_the_field(
+        group: Group) -> None:
+    members, _ = group
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{members[0].port}")
+    async with channel:
+        # Raw bytes, as a careless or hostile client sends them: grpc's own answer was
+        # UNKNOWN ("Unexpected <class 'DecodeError'>") with a traceback logged.
+        stat = channel.unary_unary("/gazette.consumer.Shard/Stat")
+        bad_utf8 = b"\x12\x03a\xffb"  # field 2 (shard), 3 bytes, not UTF-8
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stat(bad_utf8, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() == "shard: not valid UTF-8 (byte 1)"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stat(b"\x12\xff\xff\xff\xff\x0f", timeout=10)  # a 4 GiB length
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "shard: its length" in (err.value.details() or "")
+        # And the member serves on.
+        ok = await consumer_pb2_grpc.ShardStub(channel).List(cpb.ListRequest(), timeout=10)
+        assert ok.status == cpb.OK

@@ -27,7 +27,7 @@ Found and fixed (each caught here):
 - a malformed request message was UNKNOWN ("Unexpected <class 'DecodeError'>") with a
   traceback logged per request; a unary call whose stream ended before a whole message
   was never answered; a client-streaming call refused while the client still sent got
-  INTERNAL at a grpc client about half the time (`gazette_broker.malformed`);
+  INTERNAL at a grpc client about half the time (`gazette.cluster.malformed`);
 - HTTP integer parameters took non-ASCII digits, signs, blanks and underscores
   (``offset=%D9%A3``, ``1_0``); a journal path with a newline got aiohttp's bare 404;
 - slow-loris and silent HTTP connections were kept for an hour (aiohttp's keep-alive

@@ -10,6 +10,8 @@ spec (a journal, a shard).
   routes their primaries synced, `StatusWriter` the states of this member's replicas;
 - operations (`add_ops_routes`, `HttpRunner`): ``/metrics`` and ``/healthz`` on a
   member's HTTP port, served with bounds on idle and malformed connections;
+- malformed requests (`malformed.add_guarded`): a service's undecodable request messages
+  refused with INVALID_ARGUMENT naming the field;
 - forwarding (`Channels`, `forward_unary`, `forward_stream`, `proxied`): a request for
   an item served elsewhere goes on to a member of its route.
 """

@@ -40,6 +40,7 @@ from gazette.cluster import (
     add_ops_routes,
     status_consistent,
 )
+from gazette.cluster.malformed import add_guarded
 from gazette.consumer.app import Application
 from gazette.consumer.recovery import Recovery, Standby
 from gazette.consumer.runner import ShardRunner
@@ -208,7 +209,9 @@ class ConsumerMember:
             cfg.bind, cfg.port, "consumer member", self.security.server_credentials(),
             self.security.interceptors())
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        consumer_pb2_grpc.add_ShardServicer_to_server(ShardService(self), self.grpc_server)
+        # Malformed requests: INVALID_ARGUMENT naming the field.
+        add_guarded(consumer_pb2_grpc.add_ShardServicer_to_server, ShardService(self),
+                    self.grpc_server)
         http_app = None
         if cfg.http_port >= 0:
             http_app = web.Application(client_max_size=1 << 20)

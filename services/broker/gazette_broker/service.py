@@ -15,14 +15,14 @@ streams are verified against this broker's route of the journal (WRONG_ROUTE if 
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import grpc
 
 from gazette.auth import Capability
+from gazette.cluster.malformed import add_guarded
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import decode_append_request, decode_replicate_request, encode_read_response
-from gazette_broker.malformed import guarded
 from gazette_broker.service_appends import AppendRpcs
 from gazette_broker.service_reads import ReadRpcs
 from gazette_broker.service_specs import SpecRpcs
@@ -48,26 +48,16 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
     and AppendWhole requests arrive as `AppendContent`, Read responses may be
     `ReadContent`."""
 
-    class Registrar:
-        def add_generic_rpc_handlers(self, handlers: Any) -> None:
-            pass  # the same handlers arrive below, by name
+    def adjust(handlers: dict[str, Any]) -> None:
+        handlers["Read"] = handlers["Read"]._replace(response_serializer=encode_read_response)
+        handlers["Replicate"] = handlers["Replicate"]._replace(
+            request_deserializer=decode_replicate_request)
+        for method in ("Append", "AppendWhole"):
+            handlers[method] = handlers[method]._replace(
+                request_deserializer=decode_append_request)
 
-        def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]
-                                           ) -> None:
-            handlers["Read"] = handlers["Read"]._replace(
-                response_serializer=encode_read_response)
-            handlers["Replicate"] = handlers["Replicate"]._replace(
-                request_deserializer=decode_replicate_request)
-            for method in ("Append", "AppendWhole"):
-                handlers[method] = handlers[method]._replace(
-                    request_deserializer=decode_append_request)
-            handlers = guarded(handlers, name)  # malformed requests: INVALID_ARGUMENT
-            server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(name, handlers),))
-            server.add_registered_method_handlers(  # type: ignore[attr-defined]
-                name, handlers)  # (grpc-stubs predate it)
-
-    broker_pb2_grpc.add_JournalServicer_to_server(service, cast(Any, Registrar()))
+    # Malformed requests: INVALID_ARGUMENT naming the field (`gazette.cluster.malformed`).
+    add_guarded(broker_pb2_grpc.add_JournalServicer_to_server, service, server, adjust)
 
 
 class JournalService(  # type: ignore[misc]  # content types: see add_journal_service

@@ -191,6 +191,30 @@ def _guarded(handler: Any, desc: Descriptor | None) -> Any:
         _calling(handler.stream_stream, _all, draining=True), deserializer, serializer)
 
 
+def add_guarded(add_servicer: Callable[[Any, Any], None], servicer: Any,
+                server: grpc.aio.Server,
+                adjust: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Serve `servicer` on `server` as its generated ``add_*Servicer_to_server``
+    (`add_servicer`) does, with its method handlers `guarded`; `adjust` may first
+    replace handlers' (de)serializers in place (by method name)."""
+
+    class Registrar:
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            pass  # the same handlers arrive below, by name
+
+        def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]
+                                           ) -> None:
+            if adjust is not None:
+                adjust(handlers)
+            handlers = guarded(handlers, name)
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(name, handlers),))
+            server.add_registered_method_handlers(  # type: ignore[attr-defined]
+                name, handlers)  # (grpc-stubs predate it)
+
+    add_servicer(servicer, Registrar())
+
+
 def guarded(handlers: dict[str, Any], service: str) -> dict[str, Any]:
     """`handlers` (method name: `grpc.RpcMethodHandler`, as a generated
     ``add_*Servicer_to_server`` registers them) of `service` (its full name, e.g.
