@@ -122,6 +122,8 @@ def _server_name(target: str, options: Sequence[tuple[str, Any]]
             name == "grpc.ssl_target_name_override" for name, _ in options):
         return []
     first = addresses.split(",", 1)[0]
-    host = first[1:first.index("]")] if first.startswith("[") else (
-        first.rsplit(":", 1)[0] if scheme == "ipv4" else first)
+    if first.startswith("["):  # ipv6 with a port: [::1]:8080
+        host = first[1:first.find("]")]
+    else:  # ipv4 host[:port], or ipv6 without a port
+        host = first.rsplit(":", 1)[0] if scheme == "ipv4" and ":" in first else first
     return [("grpc.ssl_target_name_override", host)]

@@ -34,8 +34,6 @@ PRODUCE_TIMEOUT = 30.0
 #: journals (list, apply), producing and reading them.
 PRODUCER_CAPABILITIES = frozenset({Capability.LIST, Capability.APPLY, Capability.READ,
                                    Capability.APPEND})
-
-
 #: `MemberConfig` fields an `Events` sets itself, not from its `member` options.
 _SET_BY_EVENTS = frozenset({"app_name", "broker_address", "etcd_address"})
 
