@@ -79,16 +79,23 @@ def set_caller(caller: Caller) -> contextvars.Token[Caller]:
     return _CALLER.set(caller)
 
 
+#: Methods every member serves to anyone: the health service (probes carry no token).
+OPEN_METHODS: Mapping[str, Capability | None] = {
+    "/grpc.health.v1.Health/Check": None,
+    "/grpc.health.v1.Health/Watch": None,
+}
+
+
 class Authorizer:
     """How a member authenticates callers: `keys` (None: authorization off) and the
     capability each method needs (`capabilities`: full method name to capability,
-    None for methods anyone may call; others need `default`)."""
+    None for methods anyone may call, as `OPEN_METHODS` are; others need `default`)."""
 
     def __init__(self, keys: SigningKeys | None,
                  capabilities: Mapping[str, Capability | None],
                  default: Capability | None = None) -> None:
         self.keys = keys
-        self.capabilities = dict(capabilities)
+        self.capabilities = {**OPEN_METHODS, **capabilities}
         self.default = default
 
     @property
@@ -147,9 +154,8 @@ class AuthInterceptor(AsyncServerInterceptor):
     async def intercept(self, method: Callable[..., Any], request_or_iterator: Any,
                         context: Any, method_name: str) -> Any:
         authorizer = self.authorizer
-        if authorizer.enabled and method_name in authorizer.capabilities \
-                and authorizer.capabilities[method_name] is None:
-            return await _invoke(method, request_or_iterator, context)
+        if method_name in authorizer.capabilities and authorizer.needs(method_name) is None:
+            return await _invoke(method, request_or_iterator, context)  # open
         try:
             caller = authorizer.authenticate(_metadata_value(context, AUTHORIZATION))
             need = authorizer.needs(method_name)
@@ -251,5 +257,8 @@ def _code(context: Any, error: BaseException | None) -> str:
 
 def server_interceptors(authorizer: Authorizer, access_log_on: bool = False
                         ) -> list[AsyncServerInterceptor]:
-    """A member's interceptors, outermost first: observation sees refusals too."""
-    return [ObserveInterceptor(access_log_on), AuthInterceptor(authorizer)]
+    """A member's interceptors, outermost first: observation sees refusals too. With
+    authorization off there is nothing to check (every call is `ANONYMOUS`, the
+    caller's default), so no auth layer costs a plain member's calls anything."""
+    observe = ObserveInterceptor(access_log_on)
+    return [observe, AuthInterceptor(authorizer)] if authorizer.enabled else [observe]

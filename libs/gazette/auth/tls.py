@@ -103,6 +103,14 @@ class TLSFiles:
 
     # -- HTTP ----------------------------------------------------------------------
 
+    def client_context(self) -> ssl.SSLContext:
+        """An `ssl.SSLContext` for an HTTPS client: trusting the CA file (else the
+        system's CAs), presenting the certificate if there is one."""
+        ctx = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file or None)
+        return ctx
+
     def server_context(self) -> ssl.SSLContext:
         """An `ssl.SSLContext` for an HTTP listener that follows the files: each
         handshake checks them and, once changed, is served with a new context."""

@@ -53,8 +53,6 @@ SHARD_CAPABILITIES: dict[str, Capability | None] = {
     _SHARD + "List": Capability.SHARD_LIST,
     _SHARD + "Apply": Capability.SHARD_APPLY,
     _SHARD + "Unassign": Capability.SHARD_APPLY,
-    "/grpc.health.v1.Health/Check": None,
-    "/grpc.health.v1.Health/Watch": None,
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
-from gazette.auth import TLSFiles
+from gazette.auth import ClientAuth, TLSFiles, open_channel
 from gazette.errors import GazetteError, ValidationError
 
 #: Reconnect fast after etcd restarts, and notice a dead peer within ~15 s.
@@ -115,25 +115,19 @@ class Etcd:
         self.timeout = timeout
         host, port = parse_endpoint(endpoint)
         self._target = f"{host}:{port}"
-        self._tls = tls if endpoint.startswith("https://") else None
-        if endpoint.startswith("https://") and tls is None:
-            self._tls = TLSFiles()
-        if tls is not None and tls.ca_file and self._tls is None:
+        https = endpoint.startswith("https://")
+        if tls is not None and tls.ca_file and not https:
             raise ValidationError("etcd.address", f"{endpoint!r}: etcd TLS files are set, "
                                   "so the address must be https://")
+        self._tls = (tls or TLSFiles()) if https else None
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
         self._lease: Any = None
 
     async def connect(self) -> None:
-        options = list(CHANNEL_OPTIONS.items())
-        if self._tls is not None:
-            channel = grpc.aio.secure_channel(self._target, self._tls.channel_credentials(),
-                                              options=options)
-        else:
-            channel = grpc.aio.insecure_channel(self._target, options=options)
-        self._channel = channel
+        channel = self._channel = open_channel(self._target, list(CHANNEL_OPTIONS.items()),
+                                               ClientAuth(self._tls))
         self._kv = rpc.KVStub(channel)
         self._watch = rpc.WatchStub(channel)
         self._lease = rpc.LeaseStub(channel)

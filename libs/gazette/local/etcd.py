@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import ssl
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -85,10 +84,7 @@ class EmbeddedEtcd:
         return f"{scheme}://127.0.0.1:{self.client_port}"
 
     def _open(self, path: str) -> Any:
-        context = None
-        if self.tls is not None:
-            context = ssl.create_default_context(cafile=self.tls.ca_file)
-            context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+        context = self.tls.client_context() if self.tls is not None else None
         return urllib.request.urlopen(self.endpoint + path, timeout=1, context=context)
 
     @property

@@ -155,8 +155,6 @@ def _bool_param(request: web.Request, name: str) -> bool:
     raise HttpError(400, f"{name}: expected true or false, got {raw!r}")
 
 
-
-
 class HttpGateway:
     """Serves `replicas` over HTTP; `ready` tells ``/healthz`` whether to pass."""
 

@@ -28,7 +28,7 @@ from gazette_broker.service_reads import ReadRpcs
 from gazette_broker.service_specs import SpecRpcs
 
 _JOURNAL = "/gazette.broker.Journal/"
-#: The capability each method needs (the health service is open: probes carry no token).
+#: The capability each method needs (the health service is open: `gazette.auth.OPEN_METHODS`).
 JOURNAL_CAPABILITIES: dict[str, Capability | None] = {
     _JOURNAL + "List": Capability.LIST,
     _JOURNAL + "Apply": Capability.APPLY,
@@ -37,8 +37,6 @@ JOURNAL_CAPABILITIES: dict[str, Capability | None] = {
     _JOURNAL + "Append": Capability.APPEND,
     _JOURNAL + "AppendWhole": Capability.APPEND,
     _JOURNAL + "Replicate": Capability.REPLICATE,
-    "/grpc.health.v1.Health/Check": None,
-    "/grpc.health.v1.Health/Watch": None,
 }
 
 

@@ -82,14 +82,19 @@ def test_every_object_is_valid_kubernetes(rendered: list[dict[str, Any]]) -> Non
     for o in rendered:
         if f"{o['apiVersion']}/{o['kind']}" in crds or o["apiVersion"].startswith(FOREIGN_GROUPS):
             continue  # custom resources: checked against their CRD below
-        for version in KUBE_VERSIONS:
-            try:
-                kubernetes_validate.validate(o, version, strict=True)
-            except kubernetes_validate.ValidationError as err:
-                pytest.fail(f"{o['kind']} {o['metadata']['name']} (Kubernetes {version}): "
-                            f"{'.'.join(map(str, err.path))}: {err.message}")
+        assert_valid_kubernetes(o)
         checked += 1
     assert checked >= 10
+
+
+def assert_valid_kubernetes(o: dict[str, Any]) -> None:
+    """`o` is a valid built-in object for every version in `KUBE_VERSIONS`."""
+    for version in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(o, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{o['kind']} {o['metadata']['name']} (Kubernetes {version}): "
+                        f"{'.'.join(map(str, err.path))}: {err.message}")
 
 
 def test_every_custom_resource_passes_its_crd_and_our_validation(

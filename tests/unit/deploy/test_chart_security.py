@@ -22,16 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import trustme
 
 from tests.fixtures.helm import Helm
 from tests.unit.deploy.test_chart import (
     CHART,
-    KUBE_VERSIONS,
     ROOT,
     VALUES,
+    assert_valid_kubernetes,
     containers,
     named,
     of_kind,
@@ -86,12 +85,7 @@ def assert_valid(objects: list[dict[str, Any]]) -> None:
         if o["apiVersion"].startswith(("gazette-py.dev/", "kopf.dev/", "apiextensions",
                                        "cert-manager.io/")):
             continue
-        for version in KUBE_VERSIONS:
-            try:
-                kubernetes_validate.validate(o, version, strict=True)
-            except kubernetes_validate.ValidationError as err:
-                pytest.fail(f"{o['kind']} {o['metadata']['name']} (Kubernetes {version}): "
-                            f"{'.'.join(map(str, err.path))}: {err.message}")
+        assert_valid_kubernetes(o)
 
 
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
