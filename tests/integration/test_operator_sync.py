@@ -40,8 +40,8 @@ def test_resources_declare_specs_at_their_keys() -> None:
     assert journal.key == "/g/cluster/items/example/journal"
     assert decode_journal(journal.value).replication == 1
     shard = declared(SHARD_KIND, example("shards.yaml")["spec"], consumer_root="/g/apps")
-    assert shard.key == "/g/apps/word-count/items/word-count/part-000"
-    assert decode_shard(shard.value).hot_standbys == 1
+    assert shard.key == "/g/apps/word-count/items/word-count/split"
+    assert decode_shard(shard.value).sources[0].journal == "examples/word-count/lines"
 
 
 @pytest.mark.parametrize(("kind", "change", "field"), [
