@@ -42,7 +42,11 @@ def check_fragment(item: tuple[Fragment, str]) -> tuple[str, str, str]:
 
 
 def offsets_report(fragments: list[Fragment]) -> dict[str, Any]:
-    """Offsets, holes and overlaps of one journal's fragments (copies counted once)."""
+    """Offsets, holes and overlaps of one journal's fragments (copies counted once);
+    a journal with none yet has null offsets."""
+    if not fragments:
+        return {"fragments": 0, "bytes": 0, "begin": None, "end": None, "holes": [],
+                "overlaps": []}
     ranges = sorted({(f.begin, f.end) for f in fragments})
     holes, overlaps = [], []
     reach = ranges[0][1]
@@ -62,7 +66,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     opts = cli.check(cli.source_options(args))
     found = asyncio.run(discover(opts))
-    cli.warn_if_empty(len(found), opts)
+    cli.warn_if_empty(found, opts)
     items = [item for journal in sorted(found) for item in found[journal]]
     total = sum(f.size for f, _ in items)
     log.info("audit: %d journals, %d fragments, %.1f MiB", len(found), len(items),

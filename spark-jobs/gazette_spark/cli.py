@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from gazette.errors import GazetteError
 from gazette_spark.options import ReadOptions
-from gazette_spark.plan import Plan, discover, plan, slices
+from gazette_spark.plan import Found, Plan, discover, plan, slices
 
 log = logging.getLogger("gazette_spark")
 
@@ -70,17 +70,34 @@ def usage_error(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def warn_if_empty(journals: int, opts: ReadOptions) -> None:
-    if not journals:
-        where = opts.broker or ", ".join(opts.stores)
+def warn_if_empty(found: Found, opts: ReadOptions) -> None:
+    """Say when there is nothing to read: no journal matches, or those that match have
+    no persisted fragment yet (naming them); journals without one are named too."""
+    where = opts.broker or ", ".join(opts.stores)
+    if not found:
         log.warning("no journal matches --journals %r in %s: nothing to read",
                     opts.selector.format(), where)
+        return
+    empty = sorted(j for j, fragments in found.items() if not fragments)
+    if not empty:
+        return
+    names = ", ".join(empty[:20]) + (f" and {len(empty) - 20} more" if len(empty) > 20
+                                     else "")
+    if len(empty) == len(found):
+        log.warning("%d journals match --journals %r in %s (%s), but none has a "
+                    "persisted fragment yet: nothing to read (a broker persists a "
+                    "fragment once it rolls its spool)", len(empty),
+                    opts.selector.format(), where, names)
+    else:
+        log.info("journals with no persisted fragment yet (nothing of them is read): %s",
+                 names)
 
 
 def describe(opts: ReadOptions) -> Plan:
     """Plan the read on the driver, to log what it covers (the source plans again)."""
-    the_plan = plan(asyncio.run(discover(opts)), opts)
-    warn_if_empty(len(the_plan.pieces), opts)
+    found = asyncio.run(discover(opts))
+    warn_if_empty(found, opts)
+    the_plan = plan(found, opts)
     log.info("plan: %d journals, %d fragments, %.1f MiB, %d partitions",
              len(the_plan.pieces), the_plan.fragments, the_plan.size / (1 << 20),
              len(slices(the_plan, opts)))

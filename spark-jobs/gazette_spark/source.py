@@ -26,25 +26,74 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from gazette.errors import ValidationError
 from gazette_spark import plan as planning
 from gazette_spark.options import EARLIEST, LATEST, Offsets, ReadOptions
 from gazette_spark.read import SliceReader
 
 log = logging.getLogger("gazette_spark")
 
-_UUID_COLUMNS = "uuid string, producer string, clock bigint, flags int"
+_UUID_COLUMNS = {"uuid": "string", "producer": "string", "clock": "bigint", "flags": "int"}
+
+
+class SchemaError(ValidationError):
+    """A reader schema (``spark.read.format("gazette").schema(...)``) the framing cannot
+    fill; refused when the read is planned, not as a worker's crash."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("gazette source reader schema", reason)
+
+
+def columns(opts: ReadOptions) -> dict[str, str]:
+    """The columns the framing produces and their types (Spark's simple strings), but
+    ``data``."""
+    out = {"journal": "string", "offset": "bigint",
+           "value": "binary" if opts.framing == "fixed" else "string"}
+    if opts.has_uuids:
+        out.update(_UUID_COLUMNS)
+    return out
 
 
 def schema_ddl(opts: ReadOptions) -> str:
     """The rows' schema: where each message is, its value, its UUID's parts (framings
     that carry them) and, for json with a schema, its parsed ``data``."""
-    value = "binary" if opts.framing == "fixed" else "string"
-    ddl = f"journal string, offset bigint, value {value}"
-    if opts.has_uuids:
-        ddl += ", " + _UUID_COLUMNS
+    ddl = ", ".join(f"{name} {kind}" for name, kind in columns(opts).items())
     if opts.json_schema:
         ddl += f", data struct<{opts.json_schema}>"
     return ddl
+
+
+def check_schema(schema: StructType, opts: ReadOptions) -> None:
+    """A reader schema is honoured when it is some of the columns the framing produces,
+    in any order, with their types (``data``: any struct, for framing=json, which the
+    documents are parsed into); else refused naming what is expected."""
+    produced = columns(opts)
+    expected = schema_ddl(opts)
+    if opts.framing == "json" and not opts.json_schema:
+        expected += ", data struct<...>"
+    expected = f"framing={opts.framing} produces {expected} (any of them, in any order)"
+    if not schema.fields:
+        raise SchemaError(f"has no columns; {expected}")
+    seen: set[str] = set()
+    for f in schema.fields:
+        if f.name in seen:
+            raise SchemaError(f"column {f.name!r} is given twice; {expected}")
+        seen.add(f.name)
+        if f.name == "data" and opts.framing != "json":
+            raise SchemaError(f"column 'data' (parsed documents) needs framing=json; "
+                              f"{expected}")
+        if f.name == "data":
+            if not isinstance(f.dataType, StructType):
+                raise SchemaError(f"column 'data' is {f.dataType.simpleString()}, not a "
+                                  f"struct of the documents' fields; {expected}")
+            continue
+        want = produced.get(f.name)
+        if want is None:
+            raise SchemaError(f"column {f.name!r} is not one the source produces; "
+                              f"{expected}")
+        if f.dataType.simpleString() != want:
+            raise SchemaError(f"column {f.name!r} is {f.dataType.simpleString()}, not "
+                              f"{want}; {expected}")
 
 
 class SlicePartition(InputPartition):
@@ -90,10 +139,14 @@ class GazetteDataSource(DataSource):
         return schema_ddl(ReadOptions.parse(self._options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return GazetteReader(ReadOptions.parse(self._options), schema)
+        opts = ReadOptions.parse(self._options)
+        check_schema(schema, opts)
+        return GazetteReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return GazetteStreamReader(ReadOptions.parse(self._options, streaming=True), schema)
+        opts = ReadOptions.parse(self._options, streaming=True)
+        check_schema(schema, opts)
+        return GazetteStreamReader(opts, schema)
 
 
 class GazetteReader(DataSourceReader):

@@ -120,6 +120,30 @@ async def test_audit_reports_bad_fragments_and_holes(
     assert report["jobs/b"]["holes"] == [[first, first + len(TEXT["jobs/b"][1])]]
 
 
+async def test_jobs_name_matching_journals_with_nothing_persisted_yet(
+        spark: Any, broker_server: BrokerServer, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    await broker_server.apply_yaml(SPECS.replace("jobs/", "pending/"))
+    async with JournalClient(broker_server.grpc_address) as client:
+        await client.append("pending/a", b"appended, not persisted yet\n")
+    argv = ["--journals", "prefix=pending/", "--broker", broker_server.grpc_address]
+    report_file = tmp_path / "report.json"
+    caplog.set_level("INFO", "gazette_spark")
+    assert await run(lambda: audit.run([*argv, "--output", str(report_file)])) == 0
+    empty = {"fragments": 0, "bytes": 0, "begin": None, "end": None, "holes": [],
+             "overlaps": [], "bad": []}
+    assert json.loads(report_file.read_text()) == {"pending/a": empty, "pending/b": empty}
+    caplog.clear()
+    out = tmp_path / "counts"
+    assert await run(lambda: word_count.run([*argv, "--output", str(out)])) == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [f"2 journals match --journals 'prefix=pending/' in "
+                      f"{broker_server.grpc_address} (pending/a, pending/b), but none has "
+                      "a persisted fragment yet: nothing to read (a broker persists a "
+                      "fragment once it rolls its spool)"], warned
+    assert not any("no journal matches" in r.getMessage() for r in caplog.records)
+
+
 def test_a_job_runs_from_the_command_line_and_refuses_bad_arguments(
         tmp_path: Path) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}

@@ -364,6 +364,30 @@ async def test_the_stream_resumes_from_its_checkpoint(
     assert got == {j: expected_rows(parts) for j, parts in written.items()}
 
 
+async def test_a_reader_schema_is_honoured_or_refused_naming_the_columns(
+        spark: Any, broker_server: BrokerServer) -> None:
+    await broker_server.apply_yaml(SPECS)
+    docs = [JsonMessage(uuid=uuid_text(5, i + 1), n=i) for i in range(3)]
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "spark/events",
+                      [framing_for("application/x-ndjson").encode(docs)])
+    read = spark.read.format("gazette").options(
+        stores=store_url(broker_server), journals="name=spark/events", framing="json")
+    # Some of the columns, reordered; documents parsed into the schema's data struct.
+    df = await run(read.schema("data struct<n: int>, clock bigint, journal string").load)
+    got = await run(lambda: df.orderBy("clock").collect())
+    assert df.columns == ["data", "clock", "journal"]
+    assert [(r["data"]["n"], r["clock"], r["journal"]) for r in got] == [
+        (i, (i + 1) << 4, "spark/events") for i in range(3)]
+    bad = read.schema("offset bigint, word string")
+    with pytest.raises(Exception) as err:
+        await run(lambda: bad.load().collect())
+    assert "Schema and number of arrays unequal" not in str(err.value)
+    assert ("gazette source reader schema: column 'word' is not one the source produces; "
+            "framing=json produces journal string, offset bigint, value string, uuid "
+            "string") in str(err.value)
+
+
 async def test_a_bad_option_fails_the_query_at_once_naming_it(spark: Any) -> None:
     bad = spark.read.format("gazette").options(stores="file:///nowhere/", framing="xml")
     with pytest.raises(Exception) as err:

@@ -78,6 +78,46 @@ def test_streams_refuse_what_only_batches_do() -> None:
                              streaming=True).starting.default == LATEST
 
 
+def _struct(*fields: tuple[str, Any]) -> Any:
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(name, kind) for name, kind in fields])
+
+
+def test_a_reader_schema_of_produced_columns_is_honoured_else_refused() -> None:
+    from pyspark.sql.types import IntegerType, LongType, StringType
+
+    from gazette_spark.source import SchemaError, check_schema
+
+    json_opts = ReadOptions.parse({"stores": "file:///a/", "framing": "json"})
+    lines_opts = ReadOptions.parse({"stores": "file:///a/"})
+    # A subset, reordered; data is any struct the documents are parsed into.
+    check_schema(_struct(("clock", LongType()), ("value", StringType()),
+                         ("data", _struct(("n", IntegerType())))), json_opts)
+    check_schema(_struct(("offset", LongType())), lines_opts)
+    for schema, opts, said in [
+        (_struct(("foo", StringType())), json_opts, "column 'foo' is not one"),
+        (_struct(("uuid", StringType())), lines_opts, "column 'uuid' is not one"),
+        (_struct(("offset", IntegerType())), lines_opts, "'offset' is int, not bigint"),
+        (_struct(("data", _struct(("n", IntegerType())))), lines_opts, "framing=json"),
+        (_struct(("data", StringType())), json_opts, "not a struct"),
+        (_struct(("value", StringType()), ("value", StringType())), lines_opts, "twice"),
+        (_struct(), lines_opts, "no columns"),
+    ]:
+        with pytest.raises(SchemaError) as err:
+            check_schema(schema, opts)
+        assert said in str(err.value) and "reader schema" in str(err.value)
+        assert f"framing={opts.framing} produces journal string, offset bigint" in str(
+            err.value)
+
+
+def test_audit_reports_a_journal_without_fragments() -> None:
+    from gazette_spark.audit import offsets_report
+
+    assert offsets_report([]) == {"fragments": 0, "bytes": 0, "begin": None, "end": None,
+                                  "holes": [], "overlaps": []}
+
+
 # -- decoders ----------------------------------------------------------------------------
 
 def decode_all(framing: str, data: bytes, chunk: int, **kw: Any) -> list[Block]:
