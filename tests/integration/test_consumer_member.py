@@ -5,6 +5,9 @@ FAILED with the reason while the others keep running."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import grpc
 import pytest
 
@@ -13,6 +16,7 @@ from gazette.consumer import Application, MemoryStore, Shard, SQLStore, Store
 from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.consumer.shard import FAILED
 from gazette.keyspace import Layout, apply_changes
+from gazette.message import Envelope, Publisher
 from gazette.pb import consumer_pb2 as cpb
 from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import ShardSource, ShardSpec, SpecChange
@@ -80,6 +84,52 @@ async def test_a_shard_with_a_missing_source_fails_alone(
         resp = await consumer_pb2_grpc.ShardStub(ch).Unassign(
             cpb.UnassignRequest(shards=[*SHARDS, "shard-bad"], only_failed=True))
     assert list(resp.shards) == ["shard-bad"]
+
+
+async def test_an_application_error_is_logged_with_its_traceback_and_message(
+        etcd_server: EtcdServer, consumer_root: str, broker: BrokerServer,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The shard's log line names the shard, the journal and offset of the message the
+    application failed on, and carries the traceback down to the application's raise."""
+    stores = Stores()
+
+    class Fragile(Sums):
+        def consume_message(self, shard: Shard, store: Any, envelope: Envelope,
+                            publisher: Publisher) -> None:
+            if envelope.message.get("key") == "boom":
+                raise RuntimeError("cannot count this one")
+            super().consume_message(shard, store, envelope, publisher)
+
+    caplog.set_level(logging.ERROR, "gazette.consumer")
+    members = await members_of(etcd_server, consumer_root, broker, stores, ["m0"],
+                               lambda: Fragile(MemoryStore()))
+    try:
+        await apply_changes(members[0].etcd, Layout.consumer_app("counter", consumer_root),
+                            [SpecChange("shard-x", 0, ShardSpec(
+                                "shard-x", (ShardSource("counts/in-2"),)))])
+        async with JournalClient(broker.grpc_address) as client:
+            await client.append("counts/in-2", b'{"key": "k", "n": 1}\n')
+            offset = await client.write_head("counts/in-2")
+            await client.append("counts/in-2", b'{"key": "boom", "n": 1}\n')
+
+        def failure() -> str:
+            st = members[0].status("shard-x")
+            return st.error if st is not None and st.state == FAILED else ""
+
+        await eventually(lambda: bool(failure()), "shard-x is failed", timeout=20)
+        error = failure()
+    finally:
+        for m in members:
+            await m.stop()
+    where = f"consume_message of counts/in-2 at offset {offset}"
+    assert error == f"RuntimeError: cannot count this one ({where})"
+    [record] = [r for r in caplog.records if "shard-x failed" in r.getMessage()]
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == f"shard shard-x failed: {error}"
+    assert record.exc_info is not None
+    trace = logging.Formatter().formatException(record.exc_info)
+    assert 'raise RuntimeError("cannot count this one")' in trace, trace
+    assert "in consume_message" in trace
 
 
 async def test_a_busy_port_is_refused(etcd_server: EtcdServer, consumer_root: str,

@@ -358,10 +358,16 @@ class ShardRunner:
             count = 0
             while True:
                 for env in envelopes:
-                    if consume_async:
-                        await consume(shard, store, env, publisher)
-                    else:
-                        consume(shard, store, env, publisher)
+                    try:
+                        if consume_async:
+                            await consume(shard, store, env, publisher)
+                        else:
+                            consume(shard, store, env, publisher)
+                    except Exception as err:
+                        # Where it failed goes with the error to the shard's log line.
+                        err.add_note(f"consume_message of {env.journal} at offset "
+                                     f"{env.begin}")
+                        raise
                 count += len(envelopes)
                 item = await self._next(queue, previous, started + min_txn, started + max_txn)
                 if item is None:

@@ -160,9 +160,12 @@ class LocalShard:
                 self._held = asyncio.get_running_loop().call_later(delay, self._release)
                 return True
             SHARD_FAILURES.inc()
-            self.status = ReplicaStatus(FAILED, f"{what}{type(err).__name__}: {err}")
+            # A note says where (the runner's: the journal and offset of the message).
+            where = "; ".join(str(n) for n in getattr(err, "__notes__", ()))
+            self.status = ReplicaStatus(FAILED, f"{what}{type(err).__name__}: {err}"
+                                        + (f" ({where})" if where else ""))
             self._failed_as = (self.spec, self.is_primary)
-            log.error("shard %s failed: %s", self.id, self.status.error)
+            log.error("shard %s failed: %s", self.id, self.status.error, exc_info=err)
         return True
 
     async def _converge(self) -> None:
