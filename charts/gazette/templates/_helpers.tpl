@@ -88,9 +88,21 @@ both (skaffold's form), and a trailing "@" (skaffold without a digest) is droppe
 {{- printf "http://%s.%s.svc:%d" (include "gazette.minio.fullname" .) .Release.Namespace (int .Values.minio.port) -}}
 {{- end -}}
 
-{{/* The store URL of the MinIO bucket, for journals declared in values. */}}
+{{/* The store URL of the MinIO bucket, for journals declared in values. The endpoint is
+not in the URL: brokers and Spark jobs are given it (gazette.s3.endpoint), so the same URL
+works in every release and in operator/examples. */}}
 {{- define "gazette.minio.store" -}}
-{{- printf "s3://%s/?endpoint=%s" .Values.minio.bucket (include "gazette.minio.endpoint" .) -}}
+{{- printf "s3://%s/" .Values.minio.bucket -}}
+{{- end -}}
+
+{{/* The S3 endpoint of s3:// stores without ?endpoint=: broker.s3.endpoint, else MinIO's
+when minio.enabled, else none (AWS S3). */}}
+{{- define "gazette.s3.endpoint" -}}
+{{- if .Values.broker.s3.endpoint -}}
+{{- .Values.broker.s3.endpoint -}}
+{{- else if .Values.minio.enabled -}}
+{{- include "gazette.minio.endpoint" . -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "gazette.serviceAccountName" -}}
@@ -111,13 +123,17 @@ both (skaffold's form), and a trailing "@" (skaffold without a digest) is droppe
 {{- end -}}
 {{- end -}}
 
-{{/* The S3 settings of the stores as a container's env entries: the region and, when
-there is a secret (gazette.s3.secret), the credentials from it. Brokers and Spark jobs
+{{/* The S3 settings of the stores as a container's env entries: the region, the endpoint
+(gazette.s3.endpoint) and, when there is a secret (gazette.s3.secret), the credentials
+from it. Brokers and Spark jobs
 (their drivers and executors) read the same stores with the same credentials; without a
 secret, each pod uses its ambient credentials (IRSA, instance profile). */}}
 {{- define "gazette.s3.env" -}}
 {{- $s3secret := include "gazette.s3.secret" . -}}
 - {name: AWS_DEFAULT_REGION, value: {{ .Values.broker.s3.region | quote }}}
+{{- with include "gazette.s3.endpoint" . }}
+- {name: AWS_ENDPOINT_URL_S3, value: {{ . | quote }}}
+{{- end }}
 {{- if $s3secret }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom: {secretKeyRef: {name: {{ $s3secret }}, key: AWS_ACCESS_KEY_ID}}

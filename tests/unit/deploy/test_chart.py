@@ -119,9 +119,11 @@ def test_the_full_install_declares_journals_and_shards(helm: Helm) -> None:
     objects = render(helm, VALUES["full"])
     journals = {o["metadata"]["name"]: o["spec"] for o in of_kind(objects, "JournalSpec")}
     assert set(journals) == {"example-journal", "foobar-zero", "foobar-part-000-upper"}
-    # A templated store names the release's MinIO.
-    assert journals["example-journal"]["fragment"]["stores"][0] == (
-        "s3://gazette/?endpoint=http://rel-gazette-minio.streaming.svc:9000")
+    # A templated store names the MinIO bucket; the brokers are given MinIO's endpoint.
+    assert journals["example-journal"]["fragment"]["stores"][0] == "s3://gazette/"
+    [broker] = named(objects, "Deployment", "-broker")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "AWS_ENDPOINT_URL_S3",
+            "value": "http://rel-gazette-minio.streaming.svc:9000"} in broker["env"]
     assert "resourceName" not in journals["foobar-zero"]
     [shard] = of_kind(objects, "ShardSpec")
     assert shard["spec"]["app"] == "word-count"
