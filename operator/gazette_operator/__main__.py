@@ -16,13 +16,14 @@ or with a bad environment value, it exits 1 with one line saying what is wrong.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import secrets
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import kopf
 import prometheus_client
@@ -126,14 +127,29 @@ def _check_port(name: str, port: int) -> None:
                              f"{err.strerror}") from None
 
 
+def login_in_cluster(*, settings: kopf.OperatorSettings, **_: Any
+                     ) -> kopf.ConnectionInfo | None:
+    """kopf's service-account login, at the API server the kubelet names in
+    ``KUBERNETES_SERVICE_HOST``/``PORT`` when set (as client-go's in-cluster config does):
+    kopf's own assumes ``https://kubernetes.default.svc``, which needs the cluster's DNS
+    (not there for a pod with its own DNS policy, nor for the chart run as processes)."""
+    info = kopf.login_with_service_account(settings=settings)
+    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    if info is None or not host:
+        return info
+    port = os.environ.get("KUBERNETES_SERVICE_PORT") or "443"
+    return dataclasses.replace(info, server=f"https://{f'[{host}]' if ':' in host else host}"
+                               f":{port}")
+
+
 def entrypoint_registry(drift_interval: float) -> kopf.OperatorRegistry:
-    """`build_registry` plus kopf's login functions: service account, then kubeconfig.
+    """`build_registry` plus the login functions: service account, then kubeconfig.
 
     Their failures are ignored (as kopf does for its own fallbacks): a broken kubeconfig
     must not hold back the service account; if neither gives credentials kopf stops."""
     registry = build_registry(drift_interval)
     kopf.on.login(id="login_with_service_account", errors=kopf.ErrorsMode.IGNORED,
-                  registry=registry)(kopf.login_with_service_account)
+                  registry=registry)(login_in_cluster)
     kopf.on.login(id="login_with_kubeconfig", errors=kopf.ErrorsMode.IGNORED,
                   registry=registry)(kopf.login_with_kubeconfig)
     return registry
