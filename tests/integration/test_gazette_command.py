@@ -121,22 +121,43 @@ async def test_a_port_taken_after_the_check_is_the_same_one_line(
         "choose another with --port, or 0 for a free one")
 
 
-async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
+async def dev_up_serving(*args: str, env: dict[str, str] | None = None
+                         ) -> tuple[asyncio.subprocess.Process, str]:
+    """A ``gazette dev up --port 0 --http-port 0`` process serving, and its output so
+    far (through its last line, `SERVING_STOP`)."""
     proc = await asyncio.create_subprocess_exec(
-        *GAZETTE, "dev", "up", "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *GAZETTE, "dev", "up", "--port", "0", "--http-port", "0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env if env is not None else dict(os.environ))
     assert proc.stdout is not None and proc.stderr is not None
     lines: list[str] = []
-    try:
-        async def until_serving() -> None:
-            assert proc.stdout is not None
-            while not lines or lines[-1] != SERVING_STOP:
-                line = await proc.stdout.readline()
-                assert line, "dev up ended its output before serving:\n" + "".join(lines)
-                lines.append(line.decode().rstrip("\n"))
 
+    async def until_serving() -> None:
+        assert proc.stdout is not None
+        while not lines or lines[-1] != SERVING_STOP:
+            line = await proc.stdout.readline()
+            assert line, "dev up ended its output before serving:\n" + "\n".join(lines)
+            lines.append(line.decode().rstrip("\n"))
+
+    try:
         await asyncio.wait_for(until_serving(), 90)
-        text = "\n".join(lines)
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.communicate()
+        raise
+    return proc, "\n".join(lines)
+
+
+def etcd_data_dir(text: str) -> Path:
+    match = re.search(r"etcd \S+ at http://127.0.0.1:\d+ \(data in (\S+)\)", text)
+    assert match, text
+    return Path(match.group(1))
+
+
+async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
+    proc, text = await dev_up_serving("--data-dir", str(tmp_path))
+    try:
         assert "\nServing. Try:\n" in text and EXIT_DONE not in text
         # It does serve: the gateway it names answers.
         match = re.search(r"HTTP (http://localhost:\d+)", text)
@@ -157,3 +178,67 @@ async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
     assert proc.returncode == 0, err.decode()[-3000:]
     assert "Stopping: the consumer member, then draining and persisting every broker, then "\
            "etcd." in rest.decode()
+
+
+@contextlib.asynccontextmanager
+async def dev_up_in(folder: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """`dev_up_serving` with its temporary folder under `folder`; on the way out, what a
+    failed test left running is killed by pid (dev up itself, and an etcd naming
+    `folder`)."""
+    proc, text = await dev_up_serving(env={**os.environ, "TMPDIR": str(folder)})
+    try:
+        yield proc, text
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+        for pid in pids_naming(folder):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+
+
+def pids_naming(folder: Path) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if str(folder).encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+async def test_dev_up_stops_and_cleans_up_when_its_terminal_closes(tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed) stops it as Ctrl-C does: etcd stopped, its
+    temporary folder removed."""
+    async with dev_up_in(tmp_path) as (proc, text):
+        temp = etcd_data_dir(text).parents[1]
+        assert temp.parent == tmp_path and temp.is_dir() and pids_naming(temp)
+        proc.send_signal(signal.SIGHUP)
+        rest, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        assert "Stopping: the consumer member" in rest.decode()
+        assert pids_naming(temp) == [] and not temp.exists()
+
+
+async def test_a_second_ctrl_c_during_a_slow_drain_stops_at_once(tmp_path: Path) -> None:
+    """With etcd frozen the orderly stop takes tens of seconds; a second Ctrl-C ends
+    it at once: etcd killed, the temporary folder removed, exit 130."""
+    async with dev_up_in(tmp_path) as (proc, text):
+        assert proc.stdout is not None
+        temp = etcd_data_dir(text).parents[1]
+        [etcd] = pids_naming(temp)
+        os.kill(etcd, signal.SIGSTOP)
+        proc.send_signal(signal.SIGINT)
+
+        async def until_stopping() -> None:
+            assert proc.stdout is not None
+            while b"Stopping:" not in await proc.stdout.readline():
+                pass
+
+        await asyncio.wait_for(until_stopping(), 30)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 5)  # the orderly stop: 20 s
+        assert proc.returncode == 130, err.decode()[-3000:]
+        assert "SIGINT again: stopping at once (etcd killed, the brokers not drained)." \
+            in err.decode()
+        assert pids_naming(temp) == [] and not temp.exists()

@@ -8,7 +8,8 @@ the journal), persists a fragment and lists it, starts a consumer member of the
 word-count example (`gazette_consumer.dev`) and asks it a word's count, then keeps
 running until Ctrl-C
 (``--exit`` stops when done, for CI). A port it cannot listen on is one line on stderr
-and exit 1, before anything starts.
+and exit 1, before anything starts. Ctrl-C, SIGTERM and SIGHUP (its terminal closed)
+stop it in order; a second one at once (`gazette_broker.dev_stop`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, SpecChange, journal_changes_from_yaml, specs_to_yaml
 from gazette.shell import add_log_flags
+from gazette_broker.dev_stop import Stopper
 from gazette_broker.server import BrokerConfig, BrokerServer
 
 JOURNAL = "example/journal"
@@ -131,23 +133,36 @@ def dev_up(args: argparse.Namespace) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 1
+    stopper = Stopper()
+    stopper.install()
     status = 1
-    with contextlib.ExitStack() as stack:
-        data_dir = args.data_dir or Path(stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="gazette-dev-")))
-        print("Starting a local Gazette cluster on embedded defaults.", flush=True)
-        etcd = stack.enter_context(EmbeddedEtcd(data_dir / "etcd", args.etcd_port))
-        print(f"  etcd {etcd.version()} at {etcd.endpoint} (data in {etcd.data_dir})")
-        configs = [BrokerConfig(
-            zone=ZONES[i % len(ZONES)], suffix=f"broker-{i}", host="localhost",
-            port=args.port if i == 0 else 0, http_port=args.http_port if i == 0 else 0,
-            file_root=data_dir / "fragment-store", spool_dir=data_dir / f"spools-{i}",
-            etcd_address=etcd.endpoint, lease_ttl=5, drain_timeout=10.0)
-            for i in range(max(1, args.brokers))]
-        try:
-            status = uvloop.run(_run(configs, sys.stdout, stay=not args.exit))
-        except PortProblem as err:  # taken since the check: etcd stops on the way out
-            print(err, file=sys.stderr)
+    try:
+        with contextlib.ExitStack() as stack:
+            if args.data_dir is None:
+                stopper.temp_dir = data_dir = Path(stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="gazette-dev-")))
+            else:
+                data_dir = args.data_dir
+            print("Starting a local Gazette cluster on embedded defaults.", flush=True)
+            etcd = stopper.etcd = EmbeddedEtcd(data_dir / "etcd", args.etcd_port)
+            stack.callback(etcd.stop)  # before it starts: a signal may come meanwhile
+            etcd.start()
+            print(f"  etcd {etcd.version()} at {etcd.endpoint} (data in {etcd.data_dir})")
+            configs = [BrokerConfig(
+                zone=ZONES[i % len(ZONES)], suffix=f"broker-{i}", host="localhost",
+                port=args.port if i == 0 else 0, http_port=args.http_port if i == 0 else 0,
+                file_root=data_dir / "fragment-store", spool_dir=data_dir / f"spools-{i}",
+                etcd_address=etcd.endpoint, lease_ttl=5, drain_timeout=10.0)
+                for i in range(max(1, args.brokers))]
+            try:
+                status = uvloop.run(_run(configs, sys.stdout, stay=not args.exit,
+                                         stopper=stopper))
+            except PortProblem as err:  # taken since the check: etcd stops on the way out
+                print(err, file=sys.stderr)
+            finally:
+                stopper.install()  # the closed loop restored the default handlers
+    except KeyboardInterrupt:  # a signal before serving; what started is stopped
+        status = 128 + (stopper.signum or signal.SIGINT)
     return status
 
 
@@ -159,12 +174,26 @@ EXIT_DONE = "Done (--exit): stopping. Without --exit the cluster keeps serving u
 ZONES = ("zone-a", "zone-a", "zone-b")
 
 
-async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
+async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
+               stopper: Stopper | None = None) -> int:
+    """The walk-through, then serving (`stay`) until `stopper`'s first signal (0); a
+    signal before serving stops what started (128 + the signal)."""
     from gazette.consumer.member import ConsumerMember
     from gazette_consumer.dev import word_count
 
     servers = [BrokerServer(config) for config in configs]
     consumer: ConsumerMember | None = None
+    stop = asyncio.Event()
+    main = asyncio.current_task()
+    starting = True
+
+    def on_signal() -> None:
+        stop.set()
+        if starting and main is not None:
+            main.cancel()  # the walk-through ends where it is
+
+    if stopper is not None:
+        stopper.in_loop(asyncio.get_running_loop(), on_signal)
     try:
         for server in servers:
             try:
@@ -182,6 +211,7 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
         assert configs[0].file_root is not None, "dev up keeps fragments in a folder"
         consumer = await word_count(server.endpoint, configs[0].etcd_address,
                                     configs[0].file_root.parent, out)
+        starting = False
         if not stay:
             print(f"\n{EXIT_DONE}", file=out, flush=True)
         else:
@@ -195,19 +225,14 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
                   f"  curl {consumer.http_url}/word-count/end\n"
                   f"  CONSUMER_ADDRESS={consumer.endpoint} gazctl shards list --primary\n"
                   f"{SERVING_STOP}", file=out, flush=True)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            tasks: set[asyncio.Task[Any]] = {asyncio.create_task(s.wait())
-                                             for s in servers}  # a lease lost
-            tasks.add(asyncio.create_task(consumer.wait()))
-            tasks.add(asyncio.create_task(stop.wait()))
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _serve(servers, consumer, stop)
+    except asyncio.CancelledError:
+        if stopper is None or not stopper.signalled or main is None:
+            raise
+        main.uncancel()  # a signal before serving: stop what started
+        return 128 + stopper.signum
     finally:
+        starting = False
         print("\nStopping: the consumer member, then draining and persisting every broker, "
               "then etcd.", file=out, flush=True)
         if consumer is not None:
@@ -215,6 +240,19 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool) -> int:
         for server in reversed(servers):
             await server.stop()
     return 0
+
+
+async def _serve(servers: list[BrokerServer], consumer: Any, stop: asyncio.Event) -> None:
+    """Until `stop` is set, or a member stops on its own (its lease lost)."""
+    tasks: set[asyncio.Task[Any]] = {asyncio.create_task(s.wait()) for s in servers}
+    tasks.add(asyncio.create_task(consumer.wait()))
+    tasks.add(asyncio.create_task(stop.wait()))
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 #: A journal copied on every broker of the local cluster.
