@@ -409,9 +409,76 @@ async def test_gazctl_issues_tokens_and_uses_them(secured: BrokerServer, pki: Pk
     assert code == 2  # the usage error (argparse's, on the process's stderr)
     code, _, err = await _gazctl("auth", "issue", "--keys-file", str(tmp_path / "none"),
                                  "--subject", "x", "--capability", "read")
-    assert code == 1 and "cannot read" in err, err
+    assert code == 2 and "cannot read" in err, err  # a bad flag value
     code, _, err = await _gazctl("journals", "list", *address, "--auth.token", "two words")
     assert code == 2 and "auth.token" in err, err
+
+
+async def test_a_keys_file_that_is_not_text_is_one_line_naming_it(tmp_path: Path) -> None:
+    """Random bytes put in the keys file (not their base64): gazctl and gazette serve say
+    which file and what it should hold, exit 2, no traceback."""
+    keys = tmp_path / "keys"
+    keys.write_bytes(b"\x00\xff\xfe" + random_key())
+    expected = (f"{keys} is not text (byte 1 is not ASCII): expected base64 keys separated "
+                "by whitespace or commas, e.g. the output of `head -c 32 /dev/urandom | "
+                "base64`")
+    code, _, err = await _gazctl("auth", "issue", "--keys-file", str(keys), "--subject", "x",
+                                 "--capability", "read")
+    assert (code, err) == (2, f"gazctl: --keys-file: {expected}\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gazette_broker", "serve", "--auth.keys-file", str(keys),
+        "--log.level", "error", stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE)
+    _, raw = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, raw.decode()
+    assert raw.decode() == f"gazette serve: auth.keys-file: {expected}\n"
+
+
+async def first_bytes_sent_to(address: str, *gazctl_args: str) -> bytes:
+    """What gazctl sends first to a listener that answers nothing (address: its
+    host:port with the scheme to test, ``{}`` for host:port)."""
+    got = bytearray()
+
+    async def take(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.extend(await reader.read(64))
+        writer.close()
+
+    server = await asyncio.start_server(take, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        code, _, err = await _gazctl("journals", "list", "--broker",
+                                     address.format(f"127.0.0.1:{port}"), *gazctl_args)
+    assert code == 1, err
+    return bytes(got)
+
+
+async def test_gazctl_honours_an_https_address(
+        secured: BrokerServer, pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """https:// is TLS (verified with --tls.ca-file, else the system's CAs), never plain
+    text with the token in clear; http:// with TLS files is refused."""
+    ok = ["--auth.token", token(K1, Capability.LIST)]
+    monkeypatch.setenv("SSL_CERT_FILE", pki.ca_file)  # the system's CAs: ours
+    code, out, err = await _gazctl("journals", "list", "--broker",
+                                   f"https://{secured.grpc_address}", *ok)
+    assert code == 0 and "team-a/orders" in out, err
+    # What goes on the wire first: a TLS handshake record, not HTTP/2 in clear.
+    assert (await first_bytes_sent_to("https://{}", *ok))[:1] == b"\x16"
+    assert (await first_bytes_sent_to("{}", *ok)).startswith(b"PRI * HTTP/2.0")
+    monkeypatch.delenv("SSL_CERT_FILE")
+    code, out, err = await _gazctl("journals", "list", "--broker",
+                                   f"grpcs://{secured.grpc_address}", "--tls.ca-file",
+                                   pki.ca_file, *ok)
+    assert code == 0 and "team-a/orders" in out, err
+    plain = f"http://{secured.grpc_address}"
+    code, _, err = await _gazctl("journals", "list", "--broker", plain, "--tls.ca-file",
+                                 pki.ca_file, *ok)
+    assert (code, err) == (2, f"gazctl: broker address from --broker: {plain!r} is plain "
+                              "text (http://), but TLS files are given: name it https:// "
+                              "(or host:port)\n")
+    code, _, err = await _gazctl("shards", "list", "--consumer.address", "grpc://c:1",
+                                 env={"TLS_CA_FILE": pki.ca_file})
+    assert code == 2 and "consumer address from --consumer.address: 'grpc://c:1' is " \
+        "plain text (grpc://)" in err, err
 
 
 @pytest.mark.parametrize(("flags", "says"), [

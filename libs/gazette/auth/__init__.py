@@ -4,13 +4,21 @@ selector, and the gRPC interceptors that enforce them on brokers and consumer me
 - `tokens`: `Capability`, `Claims`, `SigningKeys` (issue, verify), `ServiceToken`;
 - `tls`: `TLSFiles` (server credentials and HTTP contexts that reload, client
   credentials);
-- `channels`: `ClientAuth` and `open_channel`, how clients present TLS and tokens;
+- `channels`: `ClientAuth` and `open_channel`, how clients present TLS and tokens
+  (`auth_for`: as an address's scheme asks);
 - `server`: `Authorizer`, `AuthInterceptor`, `ObserveInterceptor`, `current_caller`,
   `require_scope`;
 - `member`: `SecurityConfig` (a member's flags) and `MemberSecurity` (what they make).
 """
 
-from gazette.auth.channels import AUTHORIZATION, PLAIN, ClientAuth, bearer, open_channel
+from gazette.auth.channels import (
+    AUTHORIZATION,
+    PLAIN,
+    ClientAuth,
+    auth_for,
+    bearer,
+    open_channel,
+)
 from gazette.auth.member import MemberSecurity, SecurityConfig
 from gazette.auth.server import (
     ANONYMOUS,
@@ -60,6 +68,7 @@ __all__ = [
     "TLSFiles",
     "Unauthenticated",
     "abort_refused",
+    "auth_for",
     "bearer",
     "current_caller",
     "drain_refused",

@@ -8,7 +8,7 @@ interceptor (the same with and without TLS).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -47,6 +47,26 @@ class ClientAuth:
 
 #: A client with neither TLS nor a token.
 PLAIN = ClientAuth()
+
+#: Address schemes that ask for TLS, and for plain text.
+TLS_SCHEMES = ("https", "grpcs")
+PLAIN_SCHEMES = ("http", "grpc")
+
+
+def auth_for(address: str, auth: ClientAuth) -> ClientAuth:
+    """`auth` as `address`'s scheme asks: ``https://`` and ``grpcs://`` are TLS (with
+    `auth`'s files, else the system's CAs), so a token never goes in clear to a server
+    named as TLS; ``http://`` and ``grpc://`` are plain text, refused when `auth` has
+    TLS files (one of the two is a mistake). ``host:port`` is as `auth` says."""
+    scheme, sep, _ = address.strip().partition("://")
+    if not sep:
+        return auth
+    if scheme in TLS_SCHEMES and auth.tls is None:
+        return replace(auth, tls=TLSFiles.system())
+    if scheme in PLAIN_SCHEMES and auth.tls is not None:
+        raise ValidationError("address", f"{address!r} is plain text ({scheme}://), but "
+                              "TLS files are given: name it https:// (or host:port)")
+    return auth
 
 
 class _Token:

@@ -54,6 +54,13 @@ class TLSFiles:
                 raise ValidationError(f"tls.{name.replace('_', '-')}",
                                       f"{path} is not a readable file")
 
+    @classmethod
+    def system(cls) -> TLSFiles:
+        """A client's TLS toward servers the system trusts: the system's CA bundle
+        (``$SSL_CERT_FILE``, else OpenSSL's default file), else gRPC's own roots."""
+        found = ssl.get_default_verify_paths().cafile
+        return cls(ca_file=found or "")
+
     @property
     def serves(self) -> bool:
         """Whether listeners can serve TLS (a certificate and its key are set)."""

@@ -170,13 +170,22 @@ class SigningKeys:
         return cls(keys)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> SigningKeys:
+    def from_file(cls, path: str | Path, field_: str = "auth.keys-file") -> SigningKeys:
+        """The keys of a text file (`parse`); a file that is not one (random bytes put
+        there as a key) is refused naming it and saying what it should hold."""
         try:
-            text = Path(path).read_text()
+            raw = Path(path).read_bytes()
         except OSError as exc:
-            raise ValidationError("auth.keys-file", f"cannot read {path}: "
+            raise ValidationError(field_, f"cannot read {path}: "
                                   f"{exc.strerror or exc}") from None
-        return cls.parse(text, f"auth.keys-file {path}")
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise ValidationError(field_, f"{path} is not text (byte {exc.start} is not "
+                                  "ASCII): expected base64 keys separated by whitespace "
+                                  "or commas, e.g. the output of `head -c 32 "
+                                  "/dev/urandom | base64`") from None
+        return cls.parse(text, f"{field_} {path}")
 
     def issue(self, subject: str, capabilities: frozenset[Capability] | set[Capability],
               selector: str | Selector = "", ttl: float = 3600.0,

@@ -11,7 +11,7 @@ from typing import Any, Self
 
 import grpc
 
-from gazette.auth import PLAIN, ClientAuth, open_channel
+from gazette.auth import PLAIN, ClientAuth, auth_for, open_channel
 from gazette.client.errors import Unavailable
 from gazette.client.retry import (
     Backoff,
@@ -75,13 +75,14 @@ def checked_settings(retry: RetryPolicy | None, timeout: float,
     return retry or RetryPolicy(), timeout, list(options.items())
 
 
-def checked_auth(auth: object) -> ClientAuth:
-    """A client's `ClientAuth` (None: plain text, no token), checked."""
+def checked_auth(auth: object, address: str = "") -> ClientAuth:
+    """A client's `ClientAuth` (None: plain text, no token), checked, as `address`'s
+    scheme asks (`auth_for`: https:// is TLS)."""
     if auth is None:
-        return PLAIN
+        auth = PLAIN
     if not isinstance(auth, ClientAuth):
         raise ValidationError("auth", f"expected a ClientAuth, got {type(auth).__name__}")
-    return auth
+    return auth_for(address, auth)
 
 
 class _Appender:
@@ -111,7 +112,7 @@ class Connection:
         self.retry, self.timeout, self._options = checked_settings(retry, timeout,
                                                                    channel_options)
         #: TLS and the bearer token every call presents.
-        self.auth = checked_auth(auth)
+        self.auth = checked_auth(auth, address)
         self._channel = open_channel(self.address, self._options, self.auth)
         self._stub = broker_pb2_grpc.JournalStub(self._channel)
         self._closed = False

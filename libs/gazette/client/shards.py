@@ -156,7 +156,7 @@ class ShardClient:
                  auth: ClientAuth | None = None) -> None:
         self.address = parse_address(address)
         self.retry, self.timeout, options = checked_settings(retry, timeout, channel_options)
-        self.auth = checked_auth(auth)
+        self.auth = checked_auth(auth, address)
         self._channel = open_channel(self.address, options, self.auth)
         self._stub = consumer_pb2_grpc.ShardStub(self._channel)
         self._closed = False

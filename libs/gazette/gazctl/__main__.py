@@ -91,8 +91,9 @@ def _global_flags() -> Parser:
     group = common.add_argument_group("global flags")
     group.add_argument("--broker", "--broker.address", dest="broker",
                        default=argparse.SUPPRESS, metavar="ADDRESS",
-                       help="broker address, host:port or http://host:port "
-                            "[$BROKER_ADDRESS, gazctl.ini] (default: http://localhost:8080)")
+                       help="broker address, host:port, http://host:port or "
+                            "https://host:port (TLS) [$BROKER_ADDRESS, gazctl.ini] "
+                            "(default: localhost:8080)")
     group.add_argument("--auth.token", dest="auth_token", default=argparse.SUPPRESS,
                        metavar="TOKEN", help="bearer token of every request [$AUTH_TOKEN]")
     group.add_argument("--tls.ca-file", dest="tls_ca_file", default=argparse.SUPPRESS,
@@ -339,14 +340,28 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
         _check_args(args)
         address = broker_address(getattr(args, "broker", None), env)
         auth = _client_auth(args, env)
+        effective = _scheme_checked(auth, address, "broker")
         if args.noun == "shards":
             args.consumer_address = consumer_address(getattr(args, "consumer", None), env)
+            _scheme_checked(effective, args.consumer_address, "consumer")
     except UsageError as err:
         _error(err_stream, err)
         return EXIT_USAGE
     return _Invocation(args, address, level, fmt, stdin if stdin is not None else sys.stdin,
                        stdout if stdout is not None else sys.stdout.buffer, err_stream, env,
                        stdout is None, auth)
+
+
+def _scheme_checked(auth: Any, address: Any, what: str) -> Any:
+    """`auth` as `address`'s scheme asks (https:// is TLS); UsageError when the two
+    disagree (http:// with TLS files), naming where the address came from."""
+    from gazette.auth import auth_for
+    from gazette.errors import ValidationError
+
+    try:
+        return auth_for(address.address, auth)
+    except ValidationError as err:
+        raise UsageError(f"{what} address from {address.source}: {err.reason}") from None
 
 
 def _client_auth(args: argparse.Namespace, env: Mapping[str, str]) -> Any:

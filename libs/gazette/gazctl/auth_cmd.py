@@ -13,7 +13,7 @@ from typing import Any
 
 from gazette.auth import Capability, SigningKeys, parse_capabilities
 from gazette.errors import ValidationError
-from gazette.gazctl.config import duration_arg
+from gazette.gazctl.config import UsageError, duration_arg
 from gazette.gazctl.context import CommandError, Context
 from gazette.labels import parse_selector
 
@@ -36,14 +36,15 @@ def selector_text(text: str) -> str:
 
 
 async def issue(ctx: Context, args: argparse.Namespace) -> int:
+    flag = "--keys-file" if args.keys_file else "$AUTH_KEYS_FILE"
     path = args.keys_file or ctx.env.get("AUTH_KEYS_FILE", "")
     if not path:
-        raise CommandError("--keys-file (or $AUTH_KEYS_FILE) names the cluster's "
-                           "signing keys")
+        raise UsageError("--keys-file (or $AUTH_KEYS_FILE) names the cluster's "
+                         "signing keys")
     try:
-        keys = SigningKeys.from_file(path)
-    except ValidationError as err:
-        raise CommandError(str(err)) from None
+        keys = SigningKeys.from_file(path, flag)
+    except ValidationError as err:  # a bad flag value: exit 2
+        raise UsageError(str(err)) from None
     ttl = args.ttl.total_seconds()
     if ttl <= 0:
         raise CommandError("--ttl must be more than zero")

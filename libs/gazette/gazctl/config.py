@@ -2,7 +2,8 @@
 
 The broker address is ``--broker``, else ``$BROKER_ADDRESS``, else ``Address`` under
 ``[journals.Broker]`` in ``$HOME/.config/gazette/gazctl.ini`` (the tutorial's file; a
-``[journals]`` or ``[Broker]`` section is read too), else ``http://localhost:8080``.
+``[journals]`` or ``[Broker]`` section is read too), else ``localhost:8080``.
+An ``https://`` address is reached over TLS (`gazette.auth.auth_for`).
 The consumer member's (``gazctl shards``) is ``--consumer.address``, else
 ``$CONSUMER_ADDRESS``, else ``Address`` under ``[shards.Consumer]`` (or ``[shards]``,
 ``[Consumer]``), else ``localhost:8090``.
@@ -27,7 +28,7 @@ from gazette.errors import GazetteError, ValidationError, short_repr
 from gazette.labels import Selector
 from gazette.protocol.durations import parse_duration
 
-DEFAULT_ADDRESS = "http://localhost:8080"
+DEFAULT_ADDRESS = "localhost:8080"
 #: etcd's default --max-txn-ops: the most changes one Apply may carry.
 MAX_TXN_SIZE = 128
 #: Sections of gazctl.ini holding ``Address``, first match wins.

@@ -119,7 +119,7 @@ class Etcd:
         if tls is not None and tls.ca_file and not https:
             raise ValidationError("etcd.address", f"{endpoint!r}: etcd TLS files are set, "
                                   "so the address must be https://")
-        self._tls = (tls or TLSFiles()) if https else None
+        self._tls = (tls or TLSFiles.system()) if https else None
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gazette.auth import PLAIN, ClientAuth, TLSFiles, auth_for
 from gazette.client import RetryPolicy, fetch_fragment, parse_address
 from gazette.client.fetch import BLOCK
 from gazette.client.wire import MESSAGE_BYTES, Packer, encode_append, pack
@@ -28,6 +29,26 @@ from gazette.protocol import CompressionCodec
 ])
 def test_addresses(address: str, target: str) -> None:
     assert parse_address(address) == target
+
+
+def test_an_address_scheme_is_honoured(tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """https:// and grpcs:// are TLS (the system's CAs unless files are given);
+    http:// and grpc:// are plain text, refused with TLS files; host:port as given."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("a CA bundle\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    given = ClientAuth(TLSFiles(ca_file=str(ca)), "tok")
+    for address in ("https://b:1", "grpcs://b:1"):
+        assert auth_for(address, ClientAuth(token="tok")) == ClientAuth(
+            TLSFiles(ca_file=str(ca)), "tok")
+        assert auth_for(address, given) is given
+    for address in ("b:1", "http://b:1", "grpc://b:1", "unix:/x"):
+        assert auth_for(address, PLAIN) is PLAIN
+    assert auth_for("b:1", given) is given
+    with pytest.raises(ValidationError) as err:
+        auth_for("http://b:1", given)
+    assert err.value.field == "address" and "https://" in err.value.reason
 
 
 @pytest.mark.parametrize("address", [

@@ -36,6 +36,7 @@ import grpc
 import uvloop
 from aiohttp import web
 
+from gazette.auth import PLAIN, auth_for, open_channel
 from gazette.client import AppendQueue, JournalClient
 from gazette.client.wire import parse_address
 from gazette.consumer import Application, AppServices, JSONFileStore, MemoryStore, Shard, Store
@@ -162,8 +163,10 @@ async def publish(client: JournalClient, lines: Sequence[str]) -> int:
 
 
 async def query(address: str, word: str, timeout: float = 10.0) -> dict[str, Any]:
-    """Ask any member of the application for `word`'s count."""
-    async with grpc.aio.insecure_channel(parse_address(address)) as channel:
+    """Ask any member of the application for `word`'s count (over TLS when `address`
+    is https://, with the system's CAs)."""
+    auth = auth_for(address, PLAIN)
+    async with open_channel(parse_address(address), [], auth) as channel:
         call = channel.unary_unary(COUNT_PATH, request_serializer=None,
                                    response_deserializer=None)
         answer = await call(json.dumps({"word": word}).encode(), timeout=timeout)
