@@ -1,7 +1,8 @@
 """``python -m gazette_operator`` (the operator image's entrypoint): run the operator.
 
 Environment: ``ETCD_ADDRESS``, ``BROKER_ETCD_PREFIX``, ``CONSUMER_ETCD_PREFIX``,
-``DRIFT_INTERVAL`` (see `gazette_operator.operator.Config`), ``WATCH_NAMESPACES``
+``OPERATOR_ETCD_PREFIX``, ``DRIFT_INTERVAL``, ``FINALIZER`` (see
+`gazette_operator.operator.Config`), ``WATCH_NAMESPACES``
 (comma-separated; empty: the whole cluster), ``PEERING_NAME`` and ``PEERING_PRIORITY``
 (kopf peering: of several replicas, the live one of the highest priority acts),
 ``HEALTH_PORT`` (liveness at ``/healthz``, default 8080),
@@ -9,8 +10,10 @@ Environment: ``ETCD_ADDRESS``, ``BROKER_ETCD_PREFIX``, ``CONSUMER_ETCD_PREFIX``,
 
 Credentials for the Kubernetes API come from the pod's service account, else from
 ``$KUBECONFIG`` (or ``~/.kube/config``): kopf's own login functions, registered here
-because kopf adds them by itself only to its default registry, not to ours. Without any,
-or with a bad environment value, it exits 1 with one line saying what is wrong.
+because kopf adds them by itself only to its default registry, not to ours (the
+credentials found are kept in the memo too, for the API calls the operator makes outside
+kopf). Without any, or with a bad environment value, it exits 1 with one line saying
+what is wrong.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import kopf
 import prometheus_client
 import uvloop
 
+from gazette.errors import ValidationError
 from gazette_operator.operator import Config, build_registry
 
 DESCRIPTION = """\
@@ -42,7 +46,11 @@ environment:
   ETCD_ADDRESS          etcd endpoint (default http://localhost:2379)
   BROKER_ETCD_PREFIX    prefix of the broker keyspace, journal specs (default /gazette/cluster)
   CONSUMER_ETCD_PREFIX  prefix of the consumer keyspace, shard specs (default /gazette/consumers)
+  OPERATOR_ETCD_PREFIX  prefix of the operator's records of which resource owns which spec
+                        (default: BROKER_ETCD_PREFIX followed by -operator)
   DRIFT_INTERVAL        seconds between drift checks of each resource (default 30)
+  FINALIZER             the finalizer put on resources (default gazette-py.dev/finalizer);
+                        one per operator installation, so two never release each other's
   WATCH_NAMESPACES      comma-separated namespaces to watch (default empty: the whole cluster)
   PEERING_NAME          kopf peering object (default gazette-operator): of several replicas
                         one acts at a time. The ClusterKopfPeering (whole cluster) or
@@ -149,16 +157,31 @@ def entrypoint_registry(drift_interval: float) -> kopf.OperatorRegistry:
     must not hold back the service account; if neither gives credentials kopf stops."""
     registry = build_registry(drift_interval)
     kopf.on.login(id="login_with_service_account", errors=kopf.ErrorsMode.IGNORED,
-                  registry=registry)(login_in_cluster)
+                  registry=registry)(_remembered(login_in_cluster))
     kopf.on.login(id="login_with_kubeconfig", errors=kopf.ErrorsMode.IGNORED,
-                  registry=registry)(kopf.login_with_kubeconfig)
+                  registry=registry)(_remembered(kopf.login_with_kubeconfig))
     return registry
+
+
+def _remembered(login: Callable[..., kopf.ConnectionInfo | None]
+                ) -> Callable[..., kopf.ConnectionInfo | None]:
+    """`login`, keeping what it finds in the memo (``memo.connection``): the operator's
+    own API calls (namespaces being deleted) use the same credentials."""
+    def remembering(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = login(memo=memo, **kwargs)
+        if info is not None and getattr(memo, "connection", None) is None:
+            memo.connection = info
+        return info
+    return remembering
 
 
 async def run(env: dict[str, str]) -> None:
     _number(env, "DRIFT_INTERVAL", "30", float)
-    config = Config(env)
-    namespaces = [n for n in env.get("WATCH_NAMESPACES", "").split(",") if n]
+    try:
+        config = Config(env)
+    except ValidationError as err:
+        raise SystemExit(f"gazette_operator: {err}") from None
+    namespaces = config.namespaces
     peering = env.get("PEERING_NAME", "gazette-operator")
     # kopf pauses every replica of a tie; a random priority elects one of them.
     priority = _number(env, "PEERING_PRIORITY", str(secrets.randbelow(2**31 - 1) + 1), int)

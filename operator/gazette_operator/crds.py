@@ -8,13 +8,16 @@ value, flag combinations) the operator checks with the same validation code, and
 reports as a ``Ready=False`` condition naming the field.
 
 ``python -m gazette_operator.crds`` writes the CRDs into ``operator/crds/`` and the
-chart's ``crds/``; a test fails when the committed files are stale.
+chart's ``crds/`` (``--check`` only says which are stale; ``--help``); a test fails when
+the committed files are stale.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +198,9 @@ STATUS: Schema = {
                   "description": "a shard's state: pending, recovering, standby, primary, "
                                  "or failed: <error>"},
         "ready": {"type": "string"},
+        "owner": {"type": "string",
+                  "description": "namespace/name of the resource owning the spec in etcd: "
+                                 "this one, or the one it conflicts with"},
         "conditions": {
             "type": "array",
             "items": {
@@ -314,7 +320,29 @@ def rendered() -> dict[str, str]:
                 peering_crds(), sort_keys=False, width=100)}
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="python -m gazette_operator.crds",
+        description="Write the JournalSpec, ShardSpec and kopf peering CRDs, generated "
+                    "from gazette.protocol's limits, into " +
+                    " and ".join(str(f.relative_to(ROOT)) for f in OUTPUTS) + ".")
+
+
+def stale() -> list[Path]:
+    """The committed CRD files that differ from what the code generates."""
+    return [folder / name for folder in OUTPUTS for name, text in rendered().items()
+            if not (folder / name).is_file() or (folder / name).read_text() != text]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 naming the files that are stale")
+    args = p.parse_args(argv)
+    if args.check:
+        for path in stale():
+            print(f"{path.relative_to(ROOT)} is stale: run python -m gazette_operator.crds")
+        return 1 if stale() else 0
     for folder in OUTPUTS:
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in rendered().items():

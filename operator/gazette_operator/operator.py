@@ -1,25 +1,30 @@
 """The kopf operator: `JournalSpec` and `ShardSpec` resources into etcd specs.
 
-Handlers are thin shells over `gazette_operator.sync`:
+Handlers are thin shells over `gazette_operator.sync` and `.ownership`:
 
-- create/update/resume: validate the resource; if invalid, ``Ready=False`` naming the
-  field and nothing written; else write the spec (revision-guarded), record the etcd key
-  and mod revision in the status, ``Synced=True``. etcd unreachable: ``Synced=False``
-  with the reason, retried until it is back.
-- delete (behind kopf's finalizer): remove the key, then the finalizer is released.
-- a timer: drift (the etcd value changed or vanished outside Kubernetes) is repaired
-  and recorded as a Kubernetes event; the status shows the route (primary and replicas)
-  read from the assignments, and for shards the shard's state (``pending``,
-  ``recovering``, ``standby``, ``primary``, or ``failed: <error>``) from the statuses
-  its consumer members write.
+- create/update/resume, and the drift timer: validate the resource; if invalid,
+  ``Ready=False`` and ``Synced=False`` naming the field, nothing written (etcd keeps what
+  was written before). A journal whose stores no registered broker serves is not
+  written (``UnservedStores``) until one does. Else the spec is written for this
+  resource: a spec another resource owns is refused (``OwnedElsewhere``, the status
+  naming the owner), a spec changed or removed outside Kubernetes is restored (a
+  ``Drift`` event), a renamed resource's old spec removed. etcd unreachable:
+  ``Synced=False``, retried until it is back.
+- delete (behind the finalizer): remove the specs this resource owns (the key derived
+  from its spec, and the one its record names), leaving a tombstone that stops a drift
+  check in flight from writing them again; with etcd unreachable in a namespace being
+  deleted, the finalizer is let go.
+- the timer also shows the route (primary and replicas) read from the assignments, and
+  for shards the shard's state from its replicas' statuses.
+- cleanup (the operator stopping): finalizers in namespaces being deleted are let go.
 
 `registry` holds the handlers; `run` runs them with kopf's peering (two replicas never
-both act) and its liveness endpoint. Configured by environment: ``ETCD_ADDRESS``,
-``BROKER_ETCD_PREFIX``, ``CONSUMER_ETCD_PREFIX``, ``DRIFT_INTERVAL`` (seconds).
+both act) and its liveness endpoint. Configured by environment (`Config`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 from collections.abc import Mapping
@@ -28,22 +33,35 @@ from typing import Any
 import kopf
 from prometheus_client import Counter
 
+from gazette import names
 from gazette.allocator import assignments_from, route_of
 from gazette.errors import GazetteError, ValidationError
 from gazette.keyspace import BROKER_ROOT, CONSUMER_ROOT, Etcd
+from gazette.protocol import JournalSpec
 from gazette_operator.crds import GROUP, VERSION
+from gazette_operator.kube import KubeApi, KubeError, let_go_in_terminating, namespace_terminating
+from gazette_operator.ownership import (
+    Conflict,
+    Deleting,
+    OwnedElsewhere,
+    Owner,
+    Stale,
+    Written,
+)
 from gazette_operator.sync import (
     JOURNAL_KIND,
     SHARD_KIND,
-    Conflict,
     Declared,
     SpecWriter,
     declared,
+    declared_key,
     route_names,
     shard_state,
+    unserved,
 )
 
 KINDS = {"journalspecs": JOURNAL_KIND, "shardspecs": SHARD_KIND}
+DEFAULT_FINALIZER = f"{GROUP}/finalizer"
 
 WRITES = Counter("gazette_operator_spec_writes_total", "Specs written into etcd", ["kind"])
 INVALID = Counter("gazette_operator_invalid_resources_total",
@@ -54,13 +72,38 @@ ETCD_ERRORS = Counter("gazette_operator_etcd_errors_total", "Failed etcd operati
 
 
 class Config:
-    """Where etcd is and which prefixes the specs go under (from the environment)."""
+    """Where etcd is, the prefixes specs and ownership records go under, and the
+    finalizer (from the environment); `ValidationError` naming a bad variable."""
 
     def __init__(self, env: Mapping[str, str] = os.environ) -> None:
         self.etcd_address = env.get("ETCD_ADDRESS", "http://localhost:2379")
         self.broker_root = env.get("BROKER_ETCD_PREFIX", BROKER_ROOT)
         self.consumer_root = env.get("CONSUMER_ETCD_PREFIX", CONSUMER_ROOT)
+        self.operator_root = names.validate_etcd_prefix(
+            env.get("OPERATOR_ETCD_PREFIX") or f"{self.broker_root}-operator",
+            "OPERATOR_ETCD_PREFIX")
         self.drift_interval = float(env.get("DRIFT_INTERVAL", "30"))
+        self.finalizer = validate_finalizer(env.get("FINALIZER") or DEFAULT_FINALIZER)
+        self.namespaces = [n for n in env.get("WATCH_NAMESPACES", "").split(",") if n]
+
+    @property
+    def tombstone_ttl(self) -> int:
+        """How long a deleted resource's tombstone outlives it: longer than any drift
+        check in flight."""
+        return int(max(60.0, 3 * self.drift_interval))
+
+
+def validate_finalizer(value: str) -> str:
+    """A qualified name, ``<DNS subdomain>/<name>``, as the API server wants."""
+    prefix, slash, name = value.partition("/")
+    labels = prefix.split(".")
+    if not slash or not name or len(name) > 63 or len(prefix) > 253 or not all(
+            lb and len(lb) <= 63 and lb.isascii() and lb.replace("-", "").isalnum()
+            and lb == lb.lower() and lb[0] != "-" and lb[-1] != "-" for lb in labels) \
+            or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValidationError("FINALIZER", f"{value!r} is not a qualified name such as "
+                              f"gazette.{GROUP}/finalizer (a DNS subdomain, '/', a name)")
+    return value
 
 
 def _condition(kind: str, ok: bool, reason: str, message: str,
@@ -92,111 +135,191 @@ def _set_status(patch: kopf.Patch, status: Mapping[str, Any], *conditions: dict[
             patch.status[key] = value
 
 
-def _declared(resource: str, spec: Mapping[str, Any], memo: Any) -> Declared:
-    cfg: Config = memo.config
-    return declared(KINDS[resource], dict(spec), cfg.broker_root, cfg.consumer_root)
+def _reason(status: Mapping[str, Any], kind: str) -> str | None:
+    return next((c.get("reason") for c in status.get("conditions", []) or []
+                 if c.get("type") == kind), None)
 
 
 async def _writer(memo: Any) -> SpecWriter:
     if getattr(memo, "etcd", None) is None:
         memo.etcd = Etcd(memo.config.etcd_address)
         await memo.etcd.connect()
-    return SpecWriter(memo.etcd)
+    return SpecWriter(memo.etcd, memo.config.operator_root)
+
+
+def _owner(resource: str, meta: Mapping[str, Any]) -> Owner:
+    return Owner(KINDS[resource], str(meta.get("namespace") or ""), str(meta.get("name")),
+                 str(meta.get("uid") or ""), int(meta.get("generation") or 0))
 
 
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     if getattr(memo, "config", None) is None:
         memo.config = Config()
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.finalizer = memo.config.finalizer
     settings.posting.level = 20  # INFO and above become Kubernetes events
 
 
-async def _cleanup(memo: Any, **_: Any) -> None:
+async def _cleanup(memo: Any, logger: Any, **_: Any) -> None:
+    """Let go of finalizers in namespaces being deleted: this operator is stopping with
+    them, and nothing else would remove its finalizer."""
+    connection = getattr(memo, "connection", None)
+    if connection is not None:
+        try:
+            async with KubeApi(connection) as api:
+                dropped = await asyncio.wait_for(let_go_in_terminating(
+                    api, memo.config.namespaces, memo.config.finalizer), 10)
+            if dropped:
+                logger.warning("namespace being deleted: let go of %s", ", ".join(dropped))
+        except (KubeError, OSError, TimeoutError) as err:
+            logger.warning("could not check for namespaces being deleted: %s", err)
     if getattr(memo, "etcd", None) is not None:
         await memo.etcd.close()
 
 
-async def _sync(**kwargs: Any) -> None:
-    resource: str = kwargs["resource"].plural
-    body, spec, status = kwargs["body"], kwargs["spec"], kwargs["status"]
-    patch, memo, logger = kwargs["patch"], kwargs["memo"], kwargs["logger"]
-    generation = kwargs["meta"].get("generation")
+class _Handling:
+    """One handler call's resource: what it declares, its status, and how to report."""
+
+    def __init__(self, kwargs: dict[str, Any], timer: bool) -> None:
+        self.plural: str = kwargs["resource"].plural
+        self.body, self.spec, self.status = kwargs["body"], kwargs["spec"], kwargs["status"]
+        self.patch, self.memo, self.logger = kwargs["patch"], kwargs["memo"], kwargs["logger"]
+        self.meta = kwargs["meta"]
+        self.generation = self.meta.get("generation")
+        self.owner = _owner(self.plural, self.meta)
+        self.timer = timer
+
+    def declared(self) -> Declared:
+        cfg: Config = self.memo.config
+        return declared(KINDS[self.plural], dict(self.spec), cfg.broker_root,
+                        cfg.consumer_root)
+
+    def refuse(self, ready: bool, reason: str, message: str, **fields: Any) -> None:
+        """Not written: the status says why; a Warning event when the reason is new."""
+        new = _reason(self.status, "Synced") != reason
+        _set_status(self.patch, self.status,
+                    _condition("Ready", ready, "Valid" if ready else reason,
+                               "the spec is valid" if ready else message, self.generation),
+                    _condition("Synced", False, reason, f"not written: {message}",
+                               self.generation),
+                    observedGeneration=self.generation, **fields)
+        if new or not self.timer:
+            kopf.warn(self.body, reason=reason, message=message)
+
+
+async def _reconcile(h: _Handling) -> None:
+    """Write what the resource declares into etcd for it, or say why not."""
     try:
-        d = _declared(resource, spec, memo)
+        d = h.declared()
     except ValidationError as err:
-        _set_status(patch, status,
-                    _condition("Ready", False, "InvalidSpec", str(err), generation),
-                    observedGeneration=generation)
-        kopf.warn(body, reason="InvalidSpec", message=str(err))
-        INVALID.labels(resource).inc()
-        return  # nothing written; fixed by the next update of the resource
+        if _reason(h.status, "Ready") != "InvalidSpec" or not h.timer:
+            INVALID.labels(h.plural).inc()
+        h.refuse(False, "InvalidSpec", f"{err} (etcd keeps what was written before, if "
+                 "anything; fixed, the resource is written)")
+        return
     try:
-        writer = await _writer(memo)
-        try:
-            revision = await writer.write(d, int(status.get("modRevision") or 0))
-        except Conflict as conflict:
-            # The resource is the truth: an outside change is overwritten, and said so.
-            _, revision = await writer.restore(d)
-            kopf.warn(body, reason="Drift", message=f"{conflict}: restored the declared spec")
-            DRIFTS.labels(resource).inc()
+        writer = await _writer(h.memo)
+        note = ""
+        if isinstance(d.spec, JournalSpec):
+            brokers = await writer.brokers(d.layout)
+            why = unserved(d.spec.fragment.stores, brokers)
+            if why is not None:
+                h.refuse(False, "UnservedStores", f"spec.fragment.stores: {why}")
+                return
+            note = "" if brokers else " (no broker is registered yet: its stores are unchecked)"
+        written = await writer.write(d, h.owner)
+    except OwnedElsewhere as err:
+        h.refuse(True, "OwnedElsewhere", f"{d.name} is declared by {err.owner} (it owns "
+                 f"{err.key}); this resource takes over once that one is deleted",
+                 owner=err.owner)
+        return
+    except (Deleting, Stale) as err:
+        h.logger.debug("not written: %s", err)
+        return
+    except Conflict as err:
+        if h.timer:
+            return  # a concurrent write: the next check sees it
+        raise kopf.TemporaryError(f"etcd: {err}", delay=1) from err
     except (GazetteError, OSError) as err:
         ETCD_ERRORS.inc()
-        _set_status(patch, status,
-                    _condition("Ready", True, "Valid", "the spec is valid", generation),
-                    _condition("Synced", False, "EtcdUnavailable", str(err), generation))
+        _set_status(h.patch, h.status,
+                    _condition("Synced", False, "EtcdUnavailable", str(err), h.generation))
+        if h.timer:
+            return
         raise kopf.TemporaryError(f"etcd: {err}", delay=5) from err
-    WRITES.labels(resource).inc()
-    _set_status(patch, status,
-                _condition("Ready", True, "Valid", "the spec is valid", generation),
-                _condition("Synced", True, "Written", f"{d.key} at revision {revision}",
-                           generation),
-                observedGeneration=generation, etcdKey=d.key, modRevision=revision)
-    logger.info("%s written to %s at revision %d", d.name, d.key, revision)
+    _report(h, d, written)
+    fields: dict[str, Any] = {}
+    if h.timer:
+        try:
+            fields["primary"], fields["replicas"] = await _route(h.memo, d)
+            if h.plural == "shardspecs":
+                fields["state"] = await _shard_state(h.memo, d)
+        except (GazetteError, OSError) as err:
+            h.logger.warning("cannot read the route of %s: %s", d.name, err)
+    _set_status(h.patch, h.status,
+                _condition("Ready", True, "Valid", "the spec is valid" + note, h.generation),
+                _condition("Synced", True, "Written", f"{d.key} at revision {written.revision}",
+                           h.generation),
+                observedGeneration=h.generation, etcdKey=d.key, modRevision=written.revision,
+                owner=h.owner.resource, **fields)
 
 
-async def _delete(**kwargs: Any) -> None:
-    status, memo, logger = kwargs["status"], kwargs["memo"], kwargs["logger"]
-    key = status.get("etcdKey")
-    if not key:
-        return  # never written (invalid): nothing to remove
-    try:
-        writer = await _writer(memo)
-        await writer.remove(str(key), 0)
-    except (GazetteError, OSError) as err:
-        raise kopf.TemporaryError(f"etcd: {err}", delay=5) from err
-    logger.info("removed %s", key)
+def _report(h: _Handling, d: Declared, written: Written) -> None:
+    if written.changed:
+        WRITES.labels(h.plural).inc()
+        h.logger.info("%s written to %s at revision %d", d.name, d.key, written.revision)
+    if written.moved_from:
+        kopf.info(h.body, reason="Moved", message=f"{written.moved_from} removed: the "
+                  f"resource now declares {d.key}")
+    if written.repaired or (h.timer and written.changed):
+        DRIFTS.labels(h.plural).inc()
+        kopf.warn(h.body, reason="Drift", message=f"{d.key} was changed or removed outside "
+                  f"Kubernetes: restored the declared spec at revision {written.revision}")
+
+
+async def _sync(**kwargs: Any) -> None:
+    await _reconcile(_Handling(kwargs, timer=False))
 
 
 async def _drift(**kwargs: Any) -> None:
+    if kwargs["meta"].get("deletionTimestamp"):
+        return  # being deleted: the delete handler owns it
+    await _reconcile(_Handling(kwargs, timer=True))
+
+
+async def _delete(**kwargs: Any) -> None:
     resource: str = kwargs["resource"].plural
-    body, spec, status = kwargs["body"], kwargs["spec"], kwargs["status"]
-    patch, memo, meta = kwargs["patch"], kwargs["memo"], kwargs["meta"]
-    if not status.get("etcdKey"):
-        return  # invalid, or not written yet: the create/update handler owns it
+    spec, status, memo = kwargs["spec"], kwargs["status"], kwargs["memo"]
+    logger, meta = kwargs["logger"], kwargs["meta"]
+    cfg: Config = memo.config
+    keys = {k for k in (declared_key(KINDS[resource], dict(spec), cfg.broker_root,
+                                     cfg.consumer_root), status.get("etcdKey")) if k}
     try:
-        d = _declared(resource, spec, memo)
         writer = await _writer(memo)
-        drifted, revision = await writer.restore(d)
-        route = await _route(memo, d)
-        state = await _shard_state(memo, d) if resource == "shardspecs" else None
-    except ValidationError:
-        return
+        removed = await writer.remove(_owner(resource, meta), keys, cfg.tombstone_ttl)
     except (GazetteError, OSError) as err:
         ETCD_ERRORS.inc()
-        _set_status(patch, status, _condition("Synced", False, "EtcdUnavailable", str(err),
-                                              meta.get("generation")))
-        return
-    if drifted:
-        DRIFTS.labels(resource).inc()
-        kopf.warn(body, reason="Drift", message=f"{d.key} was changed or removed outside "
-                  f"Kubernetes: restored the declared spec at revision {revision}")
-    fields: dict[str, Any] = {"modRevision": revision}
-    fields["primary"], fields["replicas"] = route
-    if state is not None:
-        fields["state"] = state
-    _set_status(patch, status, _condition("Synced", True, "Written",
-                                          f"{d.key} at revision {revision}",
-                                          meta.get("generation")), **fields)
+        if await _namespace_going(memo, str(meta.get("namespace") or ""), logger):
+            logger.warning("etcd unreachable (%s) and the namespace is being deleted: "
+                           "letting go without removing %s", err, ", ".join(sorted(keys)))
+            return
+        raise kopf.TemporaryError(f"etcd: {err}", delay=5) from err
+    if removed:
+        logger.info("removed %s", ", ".join(removed))
+    else:
+        logger.info("nothing of this resource in etcd to remove (%s)",
+                    ", ".join(sorted(keys)) or "no key")
+
+
+async def _namespace_going(memo: Any, namespace: str, logger: Any) -> bool:
+    connection = getattr(memo, "connection", None)
+    if connection is None or not namespace:
+        return False
+    try:
+        async with KubeApi(connection) as api:
+            return await namespace_terminating(api, namespace)
+    except (KubeError, OSError) as err:
+        logger.warning("cannot read namespace %s: %s", namespace, err)
+        return False
 
 
 async def _route(memo: Any, d: Declared) -> tuple[str, list[str]]:

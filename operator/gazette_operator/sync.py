@@ -1,9 +1,9 @@
 """What the operator does with a resource, apart from Kubernetes: turn a `JournalSpec` or
 `ShardSpec` resource into the spec it declares (validated by `gazette.protocol`, errors
-naming the resource's field), write it into etcd in revision-guarded transactions,
-notice drift (the etcd value changed or vanished outside Kubernetes) and restore it,
-remove it, and read a journal's or shard's route from its assignments and a shard's
-state from its replicas' statuses.
+naming the resource's field) and the key it names, write it into etcd for its resource
+(`gazette_operator.ownership`: one owner per spec, guarded transactions), say why no
+registered broker could serve a journal's stores, and read a journal's or shard's route
+from its assignments and a shard's state from its replicas' statuses.
 
 The kopf handlers are thin shells over this, so all of it is tested against a real etcd.
 """
@@ -17,19 +17,20 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from gazette import names
 from gazette.allocator import Route, assignments_of, route_of
 from gazette.errors import ValidationError
 from gazette.keyspace import (
     BROKER_ROOT,
     CONSUMER_ROOT,
+    Decoder,
     Etcd,
     KeySpace,
     Layout,
-    Txn,
-    TxnConflict,
     encode_item,
 )
-from gazette.protocol import JournalSpec, ReplicaStatus, ShardSpec, combined_status
+from gazette.protocol import JournalSpec, MemberSpec, ReplicaStatus, ShardSpec, combined_status
+from gazette_operator.ownership import OPERATOR_ROOT, Owner, Records, Written
 
 JOURNAL_KIND, SHARD_KIND = "JournalSpec", "ShardSpec"
 
@@ -72,71 +73,69 @@ def declared(kind: str, spec: Any, broker_root: str = BROKER_ROOT,
     raise ValidationError("kind", f"{kind!r} is neither {JOURNAL_KIND} nor {SHARD_KIND}")
 
 
-class Conflict(Exception):
-    """The key was changed in etcd by someone other than the operator."""
+def declared_key(kind: str, spec: Any, broker_root: str = BROKER_ROOT,
+                 consumer_root: str = CONSUMER_ROOT) -> str | None:
+    """The etcd key a resource's ``spec`` names, from its name (a journal) or app and id
+    (a shard) alone, so that it is known even when another field is invalid; None if
+    those are invalid too."""
+    if not isinstance(spec, dict):
+        return None
+    try:
+        if kind == JOURNAL_KIND:
+            return Layout.brokers(broker_root).item_key(
+                names.validate_journal_name(spec.get("name")))
+        if kind == SHARD_KIND:
+            app = spec.get("app")
+            if not isinstance(app, str):
+                return None
+            return Layout.consumer_app(app, consumer_root).item_key(
+                names.validate_shard_id(spec.get("id")))
+    except ValidationError:
+        return None
+    return None
 
-    def __init__(self, key: str, revision: int) -> None:
-        self.key, self.revision = key, revision
-        super().__init__(f"{key} was changed outside Kubernetes (mod revision {revision})")
 
-
-@dataclass(frozen=True)
-class Observed:
-    """What etcd holds at a key: its value and mod revision (0 and b"" if absent)."""
-
-    value: bytes
-    mod_revision: int
+def unserved(stores: tuple[str, ...], brokers: list[MemberSpec]) -> str | None:
+    """Why none of the registered `brokers` can serve a journal of `stores` (None if one
+    can, or if no broker is registered: then nothing is known yet)."""
+    if not brokers or any(b.serves_stores(stores) for b in brokers):
+        return None
+    schemes = sorted({url.partition(":")[0] for url in stores})
+    served = sorted({s for b in brokers for s in b.store_schemes})
+    missing = [s for s in schemes if s not in served]
+    what = (", ".join(f"{s}://" for s in missing) if missing else
+            "all of " + ", ".join(f"{s}://" for s in schemes) + " at once")
+    count = f"{len(brokers)} registered broker" + ("s" if len(brokers) > 1 else "")
+    return (f"no broker serves {what} stores (the {count} serve "
+            f"{', '.join(f'{s}://' for s in served)}); not written until one does")
 
 
 class SpecWriter:
-    """Writes declared specs into etcd; every write compares the key's mod revision."""
+    """Writes declared specs into etcd for the resources that declare them, with
+    `gazette_operator.ownership`'s records (one owner per spec, guarded writes and
+    removals, tombstones against repairs after a delete)."""
 
-    def __init__(self, etcd: Etcd) -> None:
+    def __init__(self, etcd: Etcd, operator_root: str = OPERATOR_ROOT) -> None:
         self.etcd = etcd
+        self.records = Records(etcd, operator_root)
 
-    async def observe(self, key: str) -> Observed:
-        _, kv = await self.etcd.get(key)
-        return Observed(kv.value, kv.mod_revision) if kv is not None else Observed(b"", 0)
+    async def write(self, d: Declared, owner: Owner) -> Written:
+        return await self.records.claim(d.key, d.value, owner)
 
-    async def write(self, d: Declared, written: int) -> int:
-        """Put `d` if the key is absent or still at `written`, the mod revision the
-        operator last wrote (0: never); returns the new mod revision (the current one if
-        etcd already holds exactly `d`). `Conflict` if someone else changed the key."""
-        now = await self.observe(d.key)
-        if now.value == d.value and now.mod_revision:
-            return now.mod_revision
-        if now.mod_revision not in (0, written):
-            raise Conflict(d.key, now.mod_revision)
-        return await self._put(d, now.mod_revision)
+    async def remove(self, owner: Owner, keys: Iterable[str], ttl: int) -> list[str]:
+        return await self.records.release(owner, keys, ttl)
 
-    async def restore(self, d: Declared) -> tuple[bool, int]:
-        """Make etcd hold `d` whatever is there now: (whether it had drifted, the mod
-        revision it has after)."""
-        now = await self.observe(d.key)
-        if now.value == d.value and now.mod_revision:
-            return False, now.mod_revision
-        return True, await self._put(d, now.mod_revision)
-
-    async def _put(self, d: Declared, expect: int) -> int:
-        try:
-            result = await Txn().expect(d.key, expect).put(d.key, d.value).commit(self.etcd)
-        except TxnConflict as err:
-            raise Conflict(d.key, err.stale[0][2] if err.stale else 0) from None
-        return result.revision
-
-    async def remove(self, key: str, written: int) -> bool:
-        """Delete the key if it is still at `written` (or absent: nothing to do).
-        Returns whether it was deleted; `Conflict` if someone else changed it since."""
-        now = await self.observe(key)
-        if not now.mod_revision:
-            return False
-        if written and now.mod_revision != written:
-            raise Conflict(key, now.mod_revision)
-        try:
-            await Txn().expect(key, now.mod_revision).delete(key).commit(self.etcd)
-        except TxnConflict as err:
-            raise Conflict(key, err.stale[0][2] if err.stale else 0) from None
-        return True
+    async def brokers(self, layout: Layout) -> list[MemberSpec]:
+        """The member specs of the brokers registered under `layout` (undecodable ones
+        skipped)."""
+        decode = Decoder(layout)
+        found = []
+        for kv in (await self.etcd.get_prefix(layout.members)).kvs:
+            with contextlib.suppress(ValidationError, DecodeError):
+                spec = decode(kv)
+                if isinstance(spec, MemberSpec):
+                    found.append(spec)
+        return found
 
 
 def journal_route(keyspace: KeySpace[Any], layout: Layout, journal: str

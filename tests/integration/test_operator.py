@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,32 +46,65 @@ def example(i: int = 0) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def running_operator(kube: Emulator, etcd_endpoint: str, prefix: str,
-                           consumer_prefix: str = "/gazette/consumers"
+                           consumer_prefix: str = "/gazette/consumers", *,
+                           drift_interval: float = DRIFT_INTERVAL, **env: str
                            ) -> AsyncIterator[SimpleNamespace]:
-    """The operator running in this loop against `kube` and the etcd at `etcd_endpoint`
-    (broker specs under `prefix`, consumer applications' under `consumer_prefix`)."""
-    registry = build_registry(DRIFT_INTERVAL)
+    """The operator against `kube` and the etcd at `etcd_endpoint` (broker specs under
+    `prefix`, consumer applications' under `consumer_prefix`; more of its environment in
+    `env`, e.g. WATCH_NAMESPACES, FINALIZER), in a thread with its own event loop: kopf,
+    stopping, takes every task of its loop started after it for its own and waits 5 s
+    for it, which a test's tasks (a fixture's teardown, another operator) would be."""
+    registry = build_registry(drift_interval)
+    connection = kopf.ConnectionInfo(server=str(kube.url).rstrip("/"), insecure=True)
 
     @kopf.on.login(registry=registry)
     def _login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=str(kube.url).rstrip("/"), insecure=True)
+        return connection
 
     config = Config({"ETCD_ADDRESS": etcd_endpoint, "BROKER_ETCD_PREFIX": prefix,
-                     "CONSUMER_ETCD_PREFIX": consumer_prefix})
+                     "CONSUMER_ETCD_PREFIX": consumer_prefix,
+                     "DRIFT_INTERVAL": str(drift_interval), **env})
     settings = kopf.OperatorSettings()
     settings.watching.server_timeout = 10
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(kopf.operator(
-        registry=registry, settings=settings, standalone=True, clusterwide=True,
-        memo=kopf.Memo(config=config), stop_flag=stop, ready_flag=ready))
-    await asyncio.wait_for(ready, 30)
+    namespaces = [n for n in env.get("WATCH_NAMESPACES", "").split(",") if n]
+    # kmock cannot list namespaces (/api/v1/namespaces): take them as given, as kopf
+    # does when it may not list them (the chart grants no such right).
+    settings.scanning.disabled = bool(namespaces)
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(kopf.operator(
+                registry=registry, settings=settings, standalone=True,
+                clusterwide=not namespaces, namespaces=namespaces,
+                memo=kopf.Memo(config=config, connection=connection), stop_flag=stop,
+                ready_flag=ready))
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            failure.append(err)
+            ready.set()
+
+    thread = threading.Thread(target=run, name=f"operator-{prefix}", daemon=True)
+    thread.start()
+    assert await asyncio.to_thread(ready.wait, 30), "the operator did not start in 30 s"
+    assert not failure, failure
     try:
-        yield SimpleNamespace(kube=kube, prefix=prefix, key=f"{prefix}/items/example/journal")
+        yield SimpleNamespace(kube=kube, prefix=prefix, key=f"{prefix}/items/example/journal",
+                              operator_root=config.operator_root, stop=stop)
     finally:
-        stop.set_result(None)
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+        stop.set()
+        await asyncio.to_thread(thread.join, 30)
+        assert not thread.is_alive(), "the operator did not stop in 30 s"
+        assert not failure, failure
+
+
+@contextlib.asynccontextmanager
+async def running_operators(*operators: contextlib.AbstractAsyncContextManager[SimpleNamespace]
+                            ) -> AsyncIterator[list[SimpleNamespace]]:
+    """Several `running_operator`s at once (two replicas acting together, or two
+    releases)."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(o) for o in operators]
 
 
 @pytest.fixture
@@ -80,8 +114,8 @@ async def operator(kube: Emulator, etcd_server: EmbeddedEtcd,
         yield running
 
 
-def url(kube: Emulator, name: str = "", plural: str = "journalspecs") -> str:
-    base = f"{str(kube.url).rstrip('/')}/apis/{crds.GROUP}/{crds.VERSION}/namespaces/{NS}"
+def url(kube: Emulator, name: str = "", plural: str = "journalspecs", ns: str = NS) -> str:
+    base = f"{str(kube.url).rstrip('/')}/apis/{crds.GROUP}/{crds.VERSION}/namespaces/{ns}"
     return f"{base}/{plural}" + (f"/{name}" if name else "")
 
 
@@ -91,14 +125,16 @@ async def call(method: str, target: str, **kwargs: Any) -> Any:
         return await r.json()
 
 
-async def create(kube: Emulator, resource: dict[str, Any]) -> None:
-    await call("POST", url(kube), json=resource)
+async def create(kube: Emulator, resource: dict[str, Any], plural: str = "journalspecs"
+                 ) -> None:
+    ns = resource["metadata"].get("namespace") or NS
+    await call("POST", url(kube, plural=plural, ns=ns), json=resource)
 
 
-def obj(kube: Emulator, name: str, plural: str = "journalspecs") -> Any:
+def obj(kube: Emulator, name: str, plural: str = "journalspecs", ns: str = NS) -> Any:
     """The resource as the API holds it now (None: absent or deleted)."""
     try:
-        found = kube.objects[f"{crds.GROUP}/{crds.VERSION}/{plural}", NS, name]
+        found = kube.objects[f"{crds.GROUP}/{crds.VERSION}/{plural}", ns, name]
     except KeyError:
         return None
     return None if found.deleted else found.raw
@@ -124,9 +160,23 @@ async def test_a_journal_resource_becomes_a_spec_in_etcd(operator: SimpleNamespa
     assert kv is not None and decode_journal(kv.value).replication == 1
 
 
-def status(kube: Emulator, name: str = "example-journal", plural: str = "journalspecs"
-           ) -> dict[str, Any]:
-    return dict((obj(kube, name, plural) or {}).get("status", {}))
+def status(kube: Emulator, name: str = "example-journal", plural: str = "journalspecs",
+           ns: str = NS) -> dict[str, Any]:
+    return dict((obj(kube, name, plural, ns) or {}).get("status", {}))
+
+
+def condition(kube: Emulator, kind: str, name: str = "example-journal",
+              plural: str = "journalspecs", ns: str = NS) -> dict[str, Any]:
+    """The condition `kind` (Ready, Synced) of the resource's status ({} if none)."""
+    return next((dict(c) for c in status(kube, name, plural, ns).get("conditions", [])
+                 if c["type"] == kind), {})
+
+
+def events(kube: Emulator, reason: str) -> list[Any]:
+    """The Kubernetes events of `reason` the operator posted."""
+    return [o.raw for (resource, _, _), o in kube.objects.items()
+            if resource.plural == "events" and not o.deleted
+            and o.raw.get("reason") == reason]
 
 
 async def spec_in_etcd(etcd: Etcd, key: str) -> Any:
@@ -173,13 +223,8 @@ async def test_a_hand_edit_in_etcd_is_repaired_with_an_event(operator: SimpleNam
     await etcd.delete_prefix(key)  # and deletes it
     await eventually(repaired, "restored again", 20)
 
-    def drift_events() -> list[Any]:
-        return [o.raw for (resource, _, _), o in kube.objects.items()
-                if resource.plural == "events" and not o.deleted
-                and o.raw.get("reason") == "Drift"]
-
-    await eventually(lambda: len(drift_events()) >= 2, "Drift events are recorded", 20)
-    assert "restored" in drift_events()[0]["message"]
+    await eventually(lambda: len(events(kube, "Drift")) >= 2, "Drift events are recorded", 20)
+    assert "restored" in events(kube, "Drift")[0]["message"]
 
 
 async def test_an_invalid_resource_is_not_ready_and_writes_nothing(
@@ -209,7 +254,9 @@ async def test_the_status_shows_the_primary_a_broker_serves(
 ) -> None:
     kube = operator.kube
     assert broker_server.layout.root == operator.prefix
-    await create(kube, example())
+    journal = example()
+    journal["spec"]["fragment"]["stores"] = ["file:///"]  # the broker's file root
+    await create(kube, journal)
     me = f"{broker_server.id.zone}/{broker_server.id.suffix}"
     await eventually(lambda: status(kube).get("primary") == me, "the primary is shown", 20)
     assert status(kube)["replicas"] == [me]

@@ -263,6 +263,8 @@ async def test_a_malformed_kubeconfig_is_named_in_one_line(tmp_path: Path) -> No
     ("DRIFT_INTERVAL", "soon", "DRIFT_INTERVAL='soon' is not a number"),
     ("HEALTH_PORT", "eighty", "HEALTH_PORT='eighty' is not an integer"),
     ("LOG_LEVEL", "loud", "LOG_LEVEL='loud' is not a log level"),
+    ("FINALIZER", "no slash", "FINALIZER: 'no slash' is not a qualified name"),
+    ("OPERATOR_ETCD_PREFIX", "relative", "OPERATOR_ETCD_PREFIX: "),
     ("HEALTH_PORT", "busy", "cannot listen on HEALTH_PORT={port}: Address already in use"),
     ("METRICS_PORT", "busy",
      "cannot serve metrics on METRICS_PORT={port}: Address already in use"),

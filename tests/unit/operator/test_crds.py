@@ -121,3 +121,25 @@ def test_the_name_pattern_is_our_name_rule(name: str) -> None:
     except ValidationError:
         ours = False
     assert by_schema == ours, name
+
+
+def test_help_prints_usage_and_writes_nothing() -> None:
+    """``--help`` is answered by a parser; only the plain invocation writes the files."""
+    import subprocess
+    import sys
+
+    files = [folder / name for folder in crds.OUTPUTS for name in crds.rendered()]
+    before = {f: f.stat().st_mtime_ns for f in files}
+    proc = subprocess.run([sys.executable, "-m", "gazette_operator.crds", "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: python -m gazette_operator.crds")
+    assert "--check" in proc.stdout and "wrote" not in proc.stdout
+    assert {f: f.stat().st_mtime_ns for f in files} == before
+    check = subprocess.run([sys.executable, "-m", "gazette_operator.crds", "--check"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert check.returncode == 0 and check.stdout == "", check.stdout + check.stderr
+    assert {f: f.stat().st_mtime_ns for f in files} == before
+    bad = subprocess.run([sys.executable, "-m", "gazette_operator.crds", "--bogus"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
