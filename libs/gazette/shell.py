@@ -17,10 +17,12 @@ import gc
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
@@ -55,19 +57,53 @@ def grpc_server_on(bind: str, port: int, what: str,
     """A gRPC server listening on `bind` ("" = all interfaces) and `port` (0 = a free
     one), over TLS with `credentials`, calls passing through `interceptors`; and its
     port. A port in use (or an address not this host's) is an `OSError` saying so, at
-    once, before anything waits for etcd."""
+    once, before anything waits for etcd: that line only, not gRPC core's own."""
     server = grpc.aio.server(options=GRPC_SERVER_OPTIONS,
                              interceptors=list(interceptors) or None)
     address = f"{bind or '[::]'}:{port}"
-    try:
-        bound = server.add_secure_port(address, credentials) if credentials is not None \
-            else server.add_insecure_port(address)
-    except RuntimeError:
-        bound = 0
-    if not bound:
-        raise OSError(f"cannot listen for gRPC on {address}: the port is in use (another "
-                      f"{what}?) or the address is not this host's")
-    return server, bound
+    bound, said = _bind(server, address, credentials)
+    if bound:
+        if said:
+            sys.stderr.write(said)  # it worked: nothing it said is hidden
+        return server, bound
+    others = [line for line in said.splitlines(keepends=True)
+              if not _GRPC_CORE_LINE.match(line)]
+    if others:  # another thread's, meanwhile
+        sys.stderr.write("".join(others))
+    log.debug("gRPC core, binding %s: %s", address, said.strip())
+    if "in use" in said:
+        why = f"the port is in use (another {what}?)"
+    elif "assign requested address" in said:
+        why = "the address is not this host's"
+    else:
+        why = f"the port is in use (another {what}?) or the address is not this host's"
+    raise OSError(f"cannot listen for gRPC on {address}: {why}")
+
+
+#: A line of gRPC core's log (``E1127 18:49:36.878100    7003 add_port.cc:83] ...``).
+_GRPC_CORE_LINE = re.compile(r"[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]")
+
+
+def _bind(server: grpc.aio.Server, address: str,
+          credentials: grpc.ServerCredentials | None) -> tuple[int, str]:
+    """Add the listening port: its number (0: it failed) and what gRPC core wrote to
+    stderr meanwhile (it writes there itself, past Python's logging: a raw line before
+    our message)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as said:
+        os.dup2(said.fileno(), 2)
+        try:
+            try:
+                bound = server.add_secure_port(address, credentials) \
+                    if credentials is not None else server.add_insecure_port(address)
+            except RuntimeError:
+                bound = 0
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        said.seek(0)
+        return bound, said.read().decode(errors="replace")
 
 
 def default_member_suffix(fallback: str) -> str:

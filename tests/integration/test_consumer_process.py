@@ -1,12 +1,15 @@
 """``gazette-consumer serve`` as a process, over a real etcd and broker: it joins its
 application's group, runs the shards applied to etcd (what they publish shows it), and
-SIGTERM drains it (its shards are released) and exits 0."""
+SIGTERM drains it (its shards are released) and exits 0. A busy port is one clean line
+(``gazette serve``'s too)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -81,3 +84,27 @@ async def test_serve_runs_shards_and_drains_on_sigterm(
         err = (await proc.stderr.read()).decode()
         print(err[-4000:])  # shown if the test fails
     assert '"msg": "signalled: draining and stopping"' in err, err[-2000:]
+
+
+@pytest.mark.parametrize(("command", "what"), [
+    (["gazette_consumer", "serve", "--app", f"{__name__}:App", "--consumer.http-port", "0",
+      "--consumer.port"], "consumer member"),
+    (["gazette_broker", "serve", "--broker.http-port", "0", "--broker.port"], "broker"),
+], ids=["gazette-consumer", "gazette"])
+async def test_a_busy_port_is_one_clean_line(command: list[str], what: str) -> None:
+    """Only our line, not gRPC core's own (``E1127 ... add_port.cc:83] Failed to add
+    port ...``) before it."""
+    with socket.socket(socket.AF_INET6) as busy:
+        busy.bind(("::", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", *command, str(port), "--etcd.address",
+            "http://127.0.0.1:1", "--log.format", "json", stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1, err.decode()
+    lines = err.decode().splitlines()
+    assert [line for line in lines if not line.startswith("{")] == [], err.decode()
+    assert [json.loads(line)["msg"] for line in lines][-1] == (
+        f"cannot start the {what}: cannot listen for gRPC on [::]:{port}: the port is in "
+        f"use (another {what}?)")
