@@ -69,6 +69,8 @@ ENTRYPOINT ["python", "-m", "gazette_operator"]
 # An application image builds FROM this one and copies its module into /app (the working
 # directory, hence on `python -m`'s import path): docs/kubernetes.md#your-application.
 FROM runtime AS consumer
+# Made here: buildah (podman build) does not create a WORKDIR that no step writes into.
+RUN mkdir -p /app
 WORKDIR /app
 USER 10001
 ENV CONSUMER_ETCD_PREFIX=/gazette/consumers

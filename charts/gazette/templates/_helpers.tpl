@@ -37,14 +37,19 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* An image reference: pass (dict "ctx" $ "image" .Values.broker.image). Tags default to
-image.tag, then the chart's appVersion; "@sha256:..." alone is a digest, "tag@sha256:..."
+{{/* An image reference: pass (dict "ctx" $ "image" .Values.broker.image). image.registry
+prefixes repositories that name no registry host of their own (the gazette images, not
+quay.io/...). Tags default to image.tag, then the chart's appVersion; "@sha256:..." alone is a digest, "tag@sha256:..."
 both (skaffold's form), and a trailing "@" (skaffold without a digest) is dropped. */}}
 {{- define "gazette.image" -}}
 {{- $registry := .ctx.Values.image.registry -}}
 {{- $tag := .image.tag | default .ctx.Values.image.tag | default .ctx.Chart.AppVersion | trimSuffix "@" -}}
 {{- $repo := .image.repository -}}
-{{- if $registry }}{{ $repo = printf "%s/%s" $registry $repo }}{{ end -}}
+{{- /* A repository naming its own registry host (quay.io/coreos/etcd) is left alone. */ -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $host := first $parts -}}
+{{- $ownRegistry := and (gt (len $parts) 1) (or (contains "." $host) (contains ":" $host) (eq $host "localhost")) -}}
+{{- if and $registry (not $ownRegistry) }}{{ $repo = printf "%s/%s" $registry $repo }}{{ end -}}
 {{- if hasPrefix "@" $tag -}}
 {{ printf "%s%s" $repo $tag }}
 {{- else -}}

@@ -265,6 +265,11 @@ def test_images_follow_registry_and_tags(helm: Helm) -> None:
     assert any(i.startswith("registry.example.com/gazette/gazette-broker@sha256:") for i in images)
     defaults = {c["image"] for _, pod in pod_specs(render(helm, None)) for c in containers(pod)}
     assert "gazette-broker:0.1.0" in defaults
+    # The registry prefixes our images only: etcd's and MinIO's name their own registry
+    # (it was prefixed to them too: registry.example.com/gazette/quay.io/coreos/etcd).
+    assert {i for i in images if "quay.io" in i} == {
+        "quay.io/coreos/etcd:v3.5.21", "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z",
+        "quay.io/minio/mc:RELEASE.2025-08-13T08-35-41Z"}
 
 
 @pytest.mark.parametrize(("args", "message"), [
