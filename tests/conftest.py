@@ -30,5 +30,23 @@ pytest_plugins = [
 ]
 
 
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    """Tests that run the built images: start building them now, in the background."""
+    if any(item.nodeid.startswith("tests/integration/test_chart_processes.py")
+           for item in items):
+        import tempfile
+        from pathlib import Path
+
+        from tests.fixtures.images import prebuild
+
+        prebuild(Path(tempfile.mkdtemp(prefix="gazette-images-")) / "prebuild.log")
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    from tests.fixtures.images import stop_prebuild
+
+    stop_prebuild()
+
+
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Callable[[], Any]]:
     return {"uvloop": uvloop.new_event_loop}
