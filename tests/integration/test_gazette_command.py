@@ -8,8 +8,10 @@ import asyncio
 import contextlib
 import importlib.metadata
 import io
+import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -24,6 +26,7 @@ import pytest
 from gazette.local.etcd import EmbeddedEtcd
 from gazette_broker.dev import EXIT_DONE, SERVING_STOP, PortProblem, _run
 from tests.fixtures.broker import broker_config
+from tests.fixtures.polling import eventually
 from tests.fixtures.procs import free_port, run_process
 
 pytestmark = pytest.mark.integration
@@ -121,14 +124,14 @@ async def test_a_port_taken_after_the_check_is_the_same_one_line(
         "choose another with --port, or 0 for a free one")
 
 
-async def dev_up_serving(*args: str, env: dict[str, str] | None = None
-                         ) -> tuple[asyncio.subprocess.Process, str]:
+async def dev_up_serving(*args: str, env: dict[str, str] | None = None,
+                         cwd: Path | None = None) -> tuple[asyncio.subprocess.Process, str]:
     """A ``gazette dev up --port 0 --http-port 0`` process serving, and its output so
     far (through its last line, `SERVING_STOP`)."""
     proc = await asyncio.create_subprocess_exec(
         *GAZETTE, "dev", "up", "--port", "0", "--http-port", "0", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=env if env is not None else dict(os.environ))
+        env=env if env is not None else dict(os.environ), cwd=cwd)
     assert proc.stdout is not None and proc.stderr is not None
     lines: list[str] = []
 
@@ -158,7 +161,7 @@ def etcd_data_dir(text: str) -> Path:
 async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
     proc, text = await dev_up_serving("--data-dir", str(tmp_path))
     try:
-        assert "\nServing. Try:\n" in text and EXIT_DONE not in text
+        assert "\nServing. Try, " in text and EXIT_DONE not in text
         # It does serve: the gateway it names answers.
         match = re.search(r"HTTP (http://localhost:\d+)", text)
         assert match, text
@@ -178,6 +181,74 @@ async def test_dev_up_serves_until_ctrl_c_and_says_so(tmp_path: Path) -> None:
     assert proc.returncode == 0, err.decode()[-3000:]
     assert "Stopping: the consumer member, then draining and persisting every broker, then "\
            "etcd." in rest.decode()
+
+
+ROOT = PYPROJECT.parent
+
+
+async def run_in_checkout(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """`argv` run from the checkout's folder, as a user runs a printed hint."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_dev_up_hints_run_as_printed(tmp_path: Path) -> None:
+    """Its hints name the cluster's real addresses in each command and the installed
+    commands by path (or the virtualenv to activate), and run as printed from the
+    checkout; the docs' commands run with the exports it prints."""
+    proc, text = await dev_up_serving("--data-dir", str(tmp_path), cwd=ROOT)
+    try:
+        etcd = re.search(r"etcd \S+ at (\S+) ", text)
+        broker = re.search(r"broker zone-a#broker-0: gRPC (\S+),", text)
+        member = re.search(r"consumer member \S+ of word-count: gRPC (\S+), HTTP (\S+)",
+                           text)
+        assert etcd and broker and member, text
+        said = text.split("\nServing. Try", 1)[1].splitlines()
+        assert "`source .venv/bin/activate`" in said[0], said[0]
+        hints = [line for line in said if line.startswith("  ")]  # the commands
+        runnable = {argv[0]: argv for argv in (shlex.split(h) for h in hints)
+                    if argv and argv[0].startswith(".venv/bin/") and "shards" not in argv}
+        runnable["shards"] = next(shlex.split(h) for h in hints if "shards list" in h)
+        assert sorted(runnable) == [".venv/bin/gazctl", ".venv/bin/python", "shards"]
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("BROKER_ADDRESS", "ETCD_ADDRESS", "CONSUMER_ADDRESS")}
+        listed = runnable[".venv/bin/gazctl"]
+        assert listed[listed.index("--broker") + 1] == broker.group(1)
+        code, out, err = await run_in_checkout(listed, env)
+        assert code == 0 and "example/journal" in out, err
+        publish = runnable[".venv/bin/python"]
+        assert publish[publish.index("--broker.address") + 1] == broker.group(1)
+        assert publish[publish.index("--etcd.address") + 1] == etcd.group(1)
+        code, out, err = await run_in_checkout(publish, env)
+        assert code == 0 and "appended 1 lines" in out, err
+        shards = runnable["shards"]
+        assert shards[shards.index("--consumer.address") + 1] == member.group(1)
+        code, out, err = await run_in_checkout(shards, env)
+        assert code == 0 and "word-count/split" in out, err
+        # The docs' commands, with the exports it prints: the count of "end" is 1.
+        [exports] = [shlex.split(h) for h in hints if h.strip().startswith("export ")]
+        variables = dict(item.split("=", 1) for item in exports[1:])
+        assert variables == {"BROKER_ADDRESS": broker.group(1),
+                             "ETCD_ADDRESS": etcd.group(1),
+                             "CONSUMER_ADDRESS": member.group(1)}
+
+        async def counted() -> bool:
+            code, out, err = await run_in_checkout(
+                [".venv/bin/python", "-m", "gazette_consumer.examples.word_count", "query",
+                 "end"], {**env, **variables})
+            assert code == 0, err
+            return bool(json.loads(out)["count"] == 1)
+
+        await eventually(counted, "the published line is counted", timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0
 
 
 @contextlib.asynccontextmanager

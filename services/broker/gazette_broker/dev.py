@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import errno
 import json
+import os
 import signal
 import socket
 import sys
@@ -215,16 +216,8 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
         if not stay:
             print(f"\n{EXIT_DONE}", file=out, flush=True)
         else:
-            print(f"\nServing. Try:\n"
-                  f"  curl -X PUT --data-binary $'{{\"Msg\": \"hi\"}}\\n' "
-                  f"{server.http_url}/{JOURNAL}\n"
-                  f"  curl -sN \"{server.http_url}/{JOURNAL}?block=true&offset=-1\"\n"
-                  f"  BROKER_ADDRESS={server.endpoint} gazctl journals list --primary\n"
-                  f"  python -m gazette_consumer.examples.word_count --broker.address "
-                  f"{server.endpoint} publish 'the end'\n"
-                  f"  curl {consumer.http_url}/word-count/end\n"
-                  f"  CONSUMER_ADDRESS={consumer.endpoint} gazctl shards list --primary\n"
-                  f"{SERVING_STOP}", file=out, flush=True)
+            print(serving_hints(server, consumer, configs[0].etcd_address), file=out,
+                  flush=True)
             await _serve(servers, consumer, stop)
     except asyncio.CancelledError:
         if stopper is None or not stopper.signalled or main is None:
@@ -240,6 +233,44 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
         for server in reversed(servers):
             await server.stop()
     return 0
+
+
+def serving_hints(server: BrokerServer, consumer: Any, etcd_address: str) -> str:
+    """What to try, each command with the addresses it needs, runnable as printed from
+    this folder (the installation's commands by path: bare ones need its virtualenv
+    activated), then the exports the docs' commands read, and `SERVING_STOP`."""
+    gazctl, python = command("gazctl"), command("python")
+    broker = server.endpoint
+    activate = Path(sys.executable).parent / "activate"
+    lines = ["", "Serving. Try, from another terminal in this folder" + (
+        f" (or `source {shown(activate)}` first, then bare `gazctl`, `python`):"
+        if activate.exists() else ":"),
+        f"  curl -X PUT --data-binary $'{{\"Msg\": \"hi\"}}\\n' "
+        f"{server.http_url}/{JOURNAL}",
+        f"  curl -sN \"{server.http_url}/{JOURNAL}?block=true&offset=-1\"",
+        f"  {gazctl} journals list --primary --broker {broker}",
+        f"  {python} -m gazette_consumer.examples.word_count --broker.address {broker} "
+        f"--etcd.address {etcd_address} publish 'the end'",
+        f"  curl {consumer.http_url}/word-count/end",
+        f"  {gazctl} shards list --primary --consumer.address {consumer.endpoint}",
+        "The docs' commands (docs/consumers.md, docs/events.md) read these:",
+        f"  export BROKER_ADDRESS={broker} ETCD_ADDRESS={etcd_address} "
+        f"CONSUMER_ADDRESS={consumer.endpoint}",
+        SERVING_STOP]
+    return "\n".join(lines)
+
+
+def command(name: str) -> str:
+    """How to run `name` of this installation from here: its path in the interpreter's
+    bin folder (the virtualenv's), else its bare name."""
+    path = Path(sys.executable).parent / name
+    return shown(path) if path.exists() else name
+
+
+def shown(path: Path) -> str:
+    """`path` relative to here when it is under here, else absolute."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 async def _serve(servers: list[BrokerServer], consumer: Any, stop: asyncio.Event) -> None:

@@ -455,9 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (setup_, drive):
         p.add_argument("--broker.address", dest="broker_address", default=os.environ.get(
             "BROKER_ADDRESS", "localhost:8080"), help="a broker [$BROKER_ADDRESS]")
-        p.add_argument("--etcd.address", dest="etcd_address", required=p is setup_,
+        etcd = os.environ.get("ETCD_ADDRESS") if p is setup_ else None
+        p.add_argument("--etcd.address", dest="etcd_address", default=etcd,
+                       required=p is setup_ and not etcd,
                        help="etcd, where the shards are made" + (
-                           " (if given, `setup` runs first)" if p is drive else ""))
+                           " (if given, `setup` runs first)" if p is drive
+                           else " [$ETCD_ADDRESS]"))
         p.add_argument("--etcd.prefix", dest="etcd_prefix", default=CONSUMER_ROOT)
         p.add_argument("--app-name", default=APP)
         p.add_argument("--partitions", type=int, default=4, help="chunk journals")
