@@ -157,6 +157,9 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
         memo.config = Config()
     settings.persistence.finalizer = memo.config.finalizer
     settings.posting.level = 20  # INFO and above become Kubernetes events
+    # The namespaces watched are named, and the CRDs come with the chart: no listing or
+    # watching of either (which the chart's RBAC does not grant anyway).
+    settings.scanning.disabled = True
 
 
 async def _cleanup(memo: Any, logger: Any, **_: Any) -> None:

@@ -104,7 +104,7 @@ async def test_the_hook_deletes_the_release_resources_and_lets_go_of_the_rest(
         "metadata": {"name": "rel-gazette-broker-0", "namespace": "default",
                      "labels": {**SELECTOR, "app.kubernetes.io/component": "broker"}}})
     op = OperatorProcess(kube, etcd_server.endpoint, etcd_prefix, tmp_path, "operator-0",
-                         PEERING_NAME="", FINALIZER=FINALIZER)
+                         PEERING_NAME="", FINALIZER=FINALIZER, WATCH_NAMESPACES="default")
     await op.start()
     controller = asyncio.create_task(deployment_controller(kube, op))
     try:

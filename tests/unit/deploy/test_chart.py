@@ -221,7 +221,7 @@ def test_the_broker_zone_comes_from_the_node_label(helm: Helm) -> None:
 
 
 def test_the_operator_has_least_privilege(helm: Helm) -> None:
-    cluster = render(helm, None)
+    cluster = render(helm, None, "--set", "operator.watchAllNamespaces=true")
     [role] = [r for r in of_kind(cluster, "ClusterRole") if "operator" in r["metadata"]["name"]]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
@@ -231,7 +231,7 @@ def test_the_operator_has_least_privilege(helm: Helm) -> None:
     assert {r for g, r, v in granted} == {"journalspecs", "shardspecs", "journalspecs/status",
                                           "shardspecs/status", "events", "clusterkopfpeerings"}
     [peering] = of_kind(cluster, "ClusterKopfPeering")
-    assert peering["metadata"]["name"] == "gazette-operator"
+    assert peering["metadata"]["name"] == "streaming-rel-gazette-operator"
     # Watching listed namespaces: a Role and a KopfPeering in each, nothing cluster-wide.
     namespaced = render(helm, VALUES["full"])
     assert not [r for r in of_kind(namespaced, "ClusterRole")
