@@ -52,10 +52,12 @@ peers: $(STAMP)
 ## Build the four images with the tags the chart pulls: [REGISTRY/]gazette-<name>:<TAG>
 ## (TAG: the chart's appVersion). With docker when its daemon runs, else podman (installed
 ## with debootstrap when missing: root + apt). REGISTRY=ghcr.io/acme PUSH=1 pushes them;
-## IMAGES="broker operator" builds only those. docs/kubernetes.md#images.
+## IMAGES="broker operator" builds only those; DRY_RUN=1 prints what it would build.
+## docs/kubernetes.md#images.
 images:
-	@scripts/ensure-system-deps.sh images
-	$(PYTHON) scripts/build_images.py $(if $(PUSH),--push) $(IMAGES)
+	@$(if $(DRY_RUN),true,scripts/ensure-system-deps.sh images)
+	$(PYTHON) scripts/build_images.py --registry '$(REGISTRY)' --tag '$(TAG)' \
+	    $(if $(PUSH),--push) $(if $(DRY_RUN),--dry-run) $(IMAGES)
 
 ## Regenerate libs/gazette/pb from proto/.
 proto: $(STAMP)

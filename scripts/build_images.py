@@ -156,12 +156,20 @@ def main(argv: list[str] | None = None) -> int:
                         or (DEBIAN_CA if Path(DEBIAN_CA).is_file() else ""),
                         help="a CA bundle for pip inside the build (empty: none)")
     parser.add_argument("--push", action="store_true", help="push each image once built")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the images it would build (and push), and build nothing")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.targets) - set(TARGETS))
     if unknown:
         parser.error(f"unknown target {', '.join(unknown)}: choose from {', '.join(TARGETS)}")
     if args.pip_cert and not Path(args.pip_cert).is_file():
         parser.error(f"--pip-cert {args.pip_cert}: no such file")
+    if args.dry_run:
+        for target in args.targets:
+            ref = image_name(target, args.registry, args.tag)
+            print(f"would build {ref} (target {target})" + (", then push it" if args.push
+                                                              else ""))
+        return 0
     try:
         builder = pick_builder(args.builder)
         base = python_base(builder, args.python_image)

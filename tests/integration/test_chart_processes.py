@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,6 +34,7 @@ import yaml
 from aiohttp.test_utils import RawTestServer
 
 from gazette.client import JournalClient
+from tests.fixtures.doc_commands import commands
 from tests.fixtures.helm import Helm
 from tests.fixtures.images import (
     TARGETS,
@@ -55,7 +57,31 @@ EXAMPLES = ROOT / "operator" / "examples"
 APP = Path(__file__).parent / "app"
 RELEASE = NAMESPACE = "gazette"
 REGISTRY = "registry.example.com/gazette"
-WORDS = "the quick brown fox jumps over the lazy dog the end"
+
+
+class QuickStart:
+    """docs/kubernetes.md's quick start, the commands this test runs as they are written:
+    its `helm install` (values), `curl` append, in-pod `publish` and query."""
+
+    def __init__(self) -> None:
+        steps = commands("docs/kubernetes.md")
+        [install, *_] = [c for c in steps if c.line.startswith("helm install ")]
+        argv = install.argv()[4:]
+        self.helm_args = [a for i, a in enumerate(argv) if a != "--create-namespace"
+                          and "--namespace" not in (a, argv[i - 1] if i else "")]
+        [put, *_] = [c for c in steps if c.line.startswith("curl -X PUT")]
+        words = put.argv()
+        self.append_path = urllib.parse.urlsplit(words[-1]).path
+        self.append_body = words[words.index("--data-binary") + 1].encode()
+        [publish] = [c for c in steps if " publish " in c.line]
+        self.publish = publish.argv()[publish.argv().index("--") + 1:]
+        [query] = [c for c in steps if "/word-count/" in c.line]
+        self.word = query.argv()[-1].rsplit("/", 1)[1]
+        self.count = self.publish[-1].split().count(self.word)
+        assert self.count > 0, (self.publish, self.word)
+
+
+QUICK_START = QuickStart()
 
 
 # --- the emulated API server, behind TLS as a cluster's is --------------------------------
@@ -179,7 +205,8 @@ def http(method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
 
 async def run_release(release: Release, kubectl: Kubectl, rendered: list[dict[str, Any]]
                       ) -> None:
-    """Everything a `helm install` starts, then what a new user does with it."""
+    """Everything a `helm install` starts, then what the quick start does with it."""
+    qs = QUICK_START
     # What Helm creates besides the workloads, that the emulated API keeps.
     await kubectl.apply(*(namespaced(o) if o["kind"] != "ClusterKopfPeering" else o
                           for o in rendered if o["kind"] in Kubectl.PLURALS))
@@ -201,8 +228,8 @@ async def run_release(release: Release, kubectl: Kubectl, rendered: list[dict[st
     last: list[tuple[int, bytes]] = []
 
     async def takes_appends() -> bool:
-        last[:] = [await asyncio.to_thread(http, "PUT", f"http://{broker}/example/journal",
-                                           b'{"Msg": "Hi"}\n')]
+        last[:] = [await asyncio.to_thread(http, "PUT", f"http://{broker}{qs.append_path}",
+                                           qs.append_body)]
         return 200 <= last[0][0] < 300
 
     try:
@@ -214,8 +241,8 @@ async def run_release(release: Release, kubectl: Kubectl, rendered: list[dict[st
         code, body = await asyncio.to_thread(http, "PUT", f"http://{broker}/{journal}",
                                              b'{"n": 1}\n')
         assert 200 <= code < 300, (journal, body)
-    code, body = await asyncio.to_thread(http, "GET", f"http://{broker}/example/journal")
-    assert code == 200 and b'{"Msg": "Hi"}' in body, body
+    code, body = await asyncio.to_thread(http, "GET", f"http://{broker}{qs.append_path}")
+    assert code == 200 and qs.append_body in body, body
     status = await kubectl.get(namespaced(examples()[0]))
     assert status["status"]["etcdKey"].endswith("/items/example/journal"), status
 
@@ -225,18 +252,16 @@ async def run_release(release: Release, kubectl: Kubectl, rendered: list[dict[st
     pod = release.pods[consumer_pod]
     [container] = pod.containers()
     code, output = await asyncio.to_thread(
-        release.run_container, pod, {**container, "command": [
-            "python", "-m", "gazette_consumer.examples.word_count", "publish", WORDS],
-            "args": []})
+        release.run_container, pod, {**container, "command": qs.publish, "args": []})
     assert code == 0, output
 
     async def counted() -> bool:
         code, body = await asyncio.to_thread(
-            http, "GET", f"http://127.0.0.1:{pod.port('http')}/word-count/the")
-        return code == 200 and json.loads(body)["count"] == 3
+            http, "GET", f"http://127.0.0.1:{pod.port('http')}/word-count/{qs.word}")
+        return code == 200 and json.loads(body)["count"] == qs.count
 
-    await eventually(counted, "the word-count shards counted 'the' three times",
-                     timeout=90, interval=0.5)
+    await eventually(counted, f"the word-count shards counted {qs.word!r} {qs.count} "
+                     "time(s)", timeout=90, interval=0.5)
     # Every probe of every pod still answers.
     for name in release.pods:
         if release.pods[name].processes:
@@ -286,15 +311,20 @@ def test_the_chart_pulls_what_make_images_builds(helm: Helm, images: dict[str, I
 
 
 async def test_default_values(helm: Helm, images: dict[str, Image], tmp_path: Path) -> None:
+    """The quick start's `helm install` (the chart's defaults, its registry, MinIO and the
+    consumer) and a Spark job."""
+    pushed = build(registry=REGISTRY)
+    assert f"image.registry={REGISTRY}" in QUICK_START.helm_args
     rendered = render(
-        helm, "--set", "minio.enabled=true", "--set", "consumer.enabled=true",
+        helm, *QUICK_START.helm_args,
         "--set-json", 'sparkJobs.jobs=[{"name":"word-count","job":"word_count","args":'
         '["--journals","name=examples/word-count/lines","--output","/tmp/word-count"]}]')
     async with api_server(tmp_path) as (_kube, url, ca, context):
         kubectl = Kubectl(url, context)
         await kubectl.apply({"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": "node-0", "labels": {"topology.kubernetes.io/zone": "zone-a"}}})
-        release = Release(rendered, NAMESPACE, image_map(images), tmp_path, url, ca)
+        release = Release(rendered, NAMESPACE, image_map(pushed, REGISTRY), tmp_path, url,
+                          ca)
         try:
             await run_release(release, kubectl, rendered)
             # The Spark job: word_count over the persisted lines (flushed every 5 s).
@@ -304,7 +334,8 @@ async def test_default_values(helm: Helm, images: dict[str, Image], tmp_path: Pa
             assert code == 0, output
             [csv] = list((release.workdir / "pods" / pod.name / "tmp" / "word-count")
                          .glob("*.csv"))
-            assert "the,3" in csv.read_text().replace('"', ""), csv.read_text()
+            counted = f"{QUICK_START.word},{QUICK_START.count}"
+            assert counted in csv.read_text().replace('"', ""), csv.read_text()
             await asyncio.to_thread(stops_cleanly, release)
         finally:
             await asyncio.to_thread(release.stop_all)
