@@ -32,6 +32,9 @@ UPSTREAM_BASE = "python:3.11-slim-bookworm"
 LOCAL_BASE = "localhost/gazette-python:3.11-bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_CA = "/etc/ssl/certs/ca-certificates.crt"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = re.compile(rf"{_COMPONENT}(?::[0-9]+)?(?:/{_COMPONENT})*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 class BuildError(Exception):
@@ -164,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown target {', '.join(unknown)}: choose from {', '.join(TARGETS)}")
     if args.pip_cert and not Path(args.pip_cert).is_file():
         parser.error(f"--pip-cert {args.pip_cert}: no such file")
+    if args.registry and not _REGISTRY.fullmatch(args.registry.rstrip("/")):
+        parser.error(f"REGISTRY={args.registry!r} is not a registry and path (e.g. "
+                     "ghcr.io/acme or localhost:5000/team: lower case, no spaces)")
+    if args.tag and not _TAG.fullmatch(args.tag):
+        parser.error(f"TAG={args.tag!r} is not an image tag (letters, digits, '_', '.', '-'; "
+                     "at most 128, not starting with '.' or '-')")
     if args.dry_run:
         for target in args.targets:
             ref = image_name(target, args.registry, args.tag)
