@@ -161,7 +161,8 @@ children:
 """
 
 
-async def test_apply_from_a_file_then_list(group: Group, tmp_path: Path) -> None:
+async def test_apply_from_a_file_then_list(group: Group, broker: BrokerServer,
+                                           tmp_path: Path) -> None:
     m0 = group[0][0]
     path = tmp_path / "shards.yaml"
     path.write_text(SPECS)
@@ -171,7 +172,8 @@ async def test_apply_from_a_file_then_list(group: Group, tmp_path: Path) -> None
     assert "dry run: nothing was applied changes=2" in err
     assert await listed(m0, "prefix=extra/") == []
 
-    code, _, err = await gazctl(m0, "shards", "apply", "-f", str(path))
+    # (the broker is asked whether the source journals exist)
+    code, _, err = await gazctl(m0, "shards", "apply", "-f", str(path), broker=broker)
     assert code == 0 and "successfully applied revision=" in err, err
     await all_primary(m0, "id=extra/a", 1)
     code, out, _ = await gazctl(m0, "shards", "list", "-l", "prefix=extra/")
@@ -179,7 +181,7 @@ async def test_apply_from_a_file_then_list(group: Group, tmp_path: Path) -> None
 
     # Without revisions the specs say "new": applying them again is refused, by name.
     revision = (await listed(m0, "id=extra/a"))[0]["mod_revision"]
-    code, _, err = await gazctl(m0, "shards", "apply", stdin=SPECS.encode())
+    code, _, err = await gazctl(m0, "shards", "apply", stdin=SPECS.encode(), broker=broker)
     assert code == 1
     assert one_error_line(err).startswith(
         f"gazctl: not applied: extra/a already exists (at revision {revision}; give its "
@@ -250,7 +252,8 @@ children:
 """
 
 
-async def test_hints_are_empty_and_prune_has_nothing_to_do(group: Group) -> None:
+async def test_hints_are_empty_and_prune_has_nothing_to_do(group: Group,
+                                                           broker: BrokerServer) -> None:
     m0 = group[0][0]
     code, out, err = await gazctl(m0, "shards", "hints", "--shard", "shard-0")
     assert code == 0, err
@@ -260,7 +263,8 @@ async def test_hints_are_empty_and_prune_has_nothing_to_do(group: Group) -> None
     code, out, _ = await gazctl(m0, "shards", "hints", "--shard", "shard-0", "-o", "json")
     assert code == 0 and json.loads(out)["primary_hints"] is None
 
-    code, _, err = await gazctl(m0, "shards", "apply", stdin=PRUNE_SPECS.encode())
+    code, _, err = await gazctl(m0, "shards", "apply", stdin=PRUNE_SPECS.encode(),
+                                broker=broker)
     assert code == 0, err
     await eventually(lambda: _listed_count(m0, "prefix=logged/", 1), "logged/a lists")
     code, out, err = await gazctl(m0, "shards", "prune")

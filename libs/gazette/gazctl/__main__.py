@@ -1,7 +1,8 @@
 """``gazctl``: journals and consumer shards from the command line, as in the tutorials.
 
     gazctl journals list [-l SELECTOR] [--primary] [--replicas] [--format table|yaml|json]
-    gazctl journals apply [-f FILE|-] [--dry-run] [--max-txn-size N]
+    gazctl journals apply [-f FILE|-] [--dry-run] [--max-txn-size N] [--etcd.address URL]
+        [--allow-unserved-stores]
     gazctl journals edit -l SELECTOR [--max-txn-size N]
     gazctl journals append (-l SELECTOR | JOURNAL) [--framing lines|none|fixed]
                            [--max-record-size BYTES]
@@ -9,7 +10,7 @@
     gazctl journals fragments [-l SELECTOR] [--from T] [--to T] [--url] [--format table|json]
     gazctl journals prune -l SELECTOR [--dry-run] [--file-root DIR]
     gazctl shards list [-l SELECTOR] [--primary] [--lag] [--format table|yaml|json]
-    gazctl shards apply [-f FILE|-] [--dry-run] [--max-txn-size N]
+    gazctl shards apply [-f FILE|-] [--dry-run] [--max-txn-size N] [--allow-missing-journals]
     gazctl shards edit -l SELECTOR [--max-txn-size N]
     gazctl shards unassign -l SELECTOR [--failed] [--dry-run]
     gazctl shards hints --shard ID [--format yaml|json]
@@ -174,11 +175,23 @@ def build_parser() -> Parser:
              "one transaction (more than --max-txn-size changes: in batches, each one\n"
              "transaction). A spec with 'revision: N' is applied only if the journal\n"
              "is still at revision N; without one, only if it does not exist yet.\n"
-             "'delete: true' deletes a journal.")
+             "'delete: true' deletes a journal. With etcd's address (--etcd.address),\n"
+             "a journal whose stores no registered broker serves is refused, unless\n"
+             "--allow-unserved-stores.")
     p.add_argument("-f", "--specs", dest="file", default="-", metavar="FILE",
                    help="YAML file to apply, '-' for stdin (default: -)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and show the changes, apply nothing")
+    p.add_argument("--etcd.address", dest="etcd_address", default="", metavar="URL",
+                   help="etcd of the broker cluster, to check that a registered broker "
+                        "serves each journal's stores [$ETCD_ADDRESS] (default: none, "
+                        "no check)")
+    p.add_argument("--etcd.prefix", dest="etcd_prefix", default="", metavar="PREFIX",
+                   help="etcd prefix of the broker cluster [$ETCD_PREFIX] "
+                        "(default: /gazette/cluster)")
+    p.add_argument("--allow-unserved-stores", action="store_true",
+                   help="apply journals whose stores no registered broker serves (they "
+                        "are not assigned until one does)")
     txn_size(p)
 
     p = verb("edit", apply_cmd.cmd_edit, "edit journal specs in $EDITOR",

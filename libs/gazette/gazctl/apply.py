@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from gazette.client import Applied, ApplyConflict, JournalClient
 from gazette.errors import GazetteError, ValidationError
+from gazette.gazctl.checks import Check, stores_check
 from gazette.gazctl.config import MAX_TXN_SIZE
 from gazette.gazctl.context import CommandError, Context, info, stdin_reader, warn
 from gazette.gazctl.framing import InputPump
@@ -37,7 +38,8 @@ class SpecKind(Generic[S]):
     """What applying and editing one kind of spec takes: its name for messages (`item`,
     e.g. "journal"), the `server` that applies it, the implicit `label` naming one,
     how to `parse` YAML, `apply` changes, and list the `current` specs with their mod
-    revisions (for edits, and for saying which revision was stale)."""
+    revisions (for edits, and for saying which revision was stale); `check`: what
+    ``apply`` checks first (`gazette.gazctl.checks`), if anything."""
 
     item: str
     server: str
@@ -45,6 +47,7 @@ class SpecKind(Generic[S]):
     parse: Callable[[str], list[SpecChange[S]]]
     apply: Callable[[Sequence[SpecChange[S]]], Awaitable[Applied]]
     current: Callable[[Selector], Awaitable[list[tuple[S, int]]]]
+    check: Check | None = None
 
     @property
     def noun(self) -> str:
@@ -55,13 +58,14 @@ class SpecKind(Generic[S]):
         return f"list the {self.noun} again and re-apply your changes"
 
 
-def journal_kind(client: JournalClient) -> SpecKind[JournalSpec]:
-    """Journals, through a broker's `client`."""
+def journal_kind(client: JournalClient, check: Check | None = None
+                 ) -> SpecKind[JournalSpec]:
+    """Journals, through a broker's `client`; `check` before applying."""
     async def current(selector: Selector) -> list[tuple[JournalSpec, int]]:
         return [(j.spec, j.mod_revision) for j in (await client.list(selector)).journals]
 
     return SpecKind("journal", "broker", "name", journal_changes_from_yaml, client.apply,
-                    current)
+                    current, check)
 
 
 def spec_name(spec: JournalSpec | ShardSpec) -> str:
@@ -231,12 +235,14 @@ async def apply_specs(ctx: Context, args: argparse.Namespace, kind: SpecKind[S])
         info("dry run: nothing was applied", changes=len(changes),
              **({"batches": count} if count > 1 else {}))
         return 0
+    if kind.check is not None:
+        await kind.check(changes)
     await apply_changes(kind, changes, args.max_txn_size)
     return 0
 
 
 async def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
-    return await apply_specs(ctx, args, journal_kind(ctx.client))
+    return await apply_specs(ctx, args, journal_kind(ctx.client, stores_check(ctx, args)))
 
 
 EDIT_HEADER = """\

@@ -18,6 +18,7 @@ import yaml
 
 from gazette.client import BrokerError, FragmentInfo, ListedShard, ShardClient, ShardError
 from gazette.gazctl.apply import SpecKind, apply_specs, edit_specs
+from gazette.gazctl.checks import Check, sources_check
 from gazette.gazctl.config import selector_arg, shard_arg
 from gazette.gazctl.context import Command, CommandError, Context, info, warn
 from gazette.gazctl.fragments import (
@@ -56,13 +57,13 @@ def command(verb: ShardsVerb) -> Command:
     return run
 
 
-def shard_kind(client: ShardClient) -> SpecKind[ShardSpec]:
-    """Shards, for `gazctl.apply`'s apply and edit."""
+def shard_kind(client: ShardClient, check: Check | None = None) -> SpecKind[ShardSpec]:
+    """Shards, for `gazctl.apply`'s apply and edit; `check` before applying."""
     async def current(selector: Selector) -> list[tuple[ShardSpec, int]]:
         return [(s.spec, s.mod_revision) for s in await client.list(selector)]
 
     return SpecKind("shard", "consumer member", "id", shard_changes_from_yaml, client.apply,
-                    current)
+                    current, check)
 
 
 # -- list ------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ async def cmd_list(ctx: Context, client: ShardClient, args: argparse.Namespace) 
 
 
 async def cmd_apply(ctx: Context, client: ShardClient, args: argparse.Namespace) -> int:
-    return await apply_specs(ctx, args, shard_kind(client))
+    return await apply_specs(ctx, args, shard_kind(client, sources_check(ctx.client, args)))
 
 
 async def cmd_edit(ctx: Context, client: ShardClient, args: argparse.Namespace) -> int:
@@ -307,11 +308,15 @@ def add_parser(nouns: argparse._SubParsersAction[Any], common: argparse.Argument
              "Apply a YAML tree of shard specs (as 'list --format yaml' prints it) in one\n"
              "transaction. A spec with 'revision: N' is applied only if the shard is\n"
              "still at revision N; without one, only if it does not exist yet.\n"
-             "'delete: true' deletes a shard.")
+             "'delete: true' deletes a shard. A shard whose source journal does not\n"
+             "exist (the broker is asked) is refused, unless --allow-missing-journals.")
     p.add_argument("-f", "--specs", dest="file", default="-", metavar="FILE",
                    help="YAML file to apply, '-' for stdin (default: -)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and show the changes, apply nothing")
+    p.add_argument("--allow-missing-journals", action="store_true",
+                   help="apply shards whose source journals do not exist yet (else they "
+                        "are refused; the broker, --broker, is asked)")
     txn_size(p)
 
     p = verb("edit", cmd_edit, "edit shard specs in $EDITOR",
