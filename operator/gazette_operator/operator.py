@@ -279,7 +279,25 @@ def _report(h: _Handling, d: Declared, written: Written) -> None:
                   f"Kubernetes: restored the declared spec at revision {written.revision}")
 
 
+def _drop_legacy_finalizer(kwargs: dict[str, Any]) -> None:
+    """Resources from before FINALIZER was set per installation carry the default one,
+    which nothing would remove any more: dropped from the resources this operator holds
+    under a finalizer of its own."""
+    mine: str = kwargs["memo"].config.finalizer
+    if mine == DEFAULT_FINALIZER or DEFAULT_FINALIZER not in (
+            kwargs["meta"].get("finalizers") or []):
+        return
+
+    def drop(body: dict[str, Any]) -> None:
+        finalizers = body.get("metadata", {}).get("finalizers") or []
+        body["metadata"]["finalizers"] = [f for f in finalizers if f != DEFAULT_FINALIZER]
+
+    kwargs["patch"].fns.append(drop)
+    kwargs["logger"].info("dropping the finalizer %s, now %s", DEFAULT_FINALIZER, mine)
+
+
 async def _sync(**kwargs: Any) -> None:
+    _drop_legacy_finalizer(kwargs)
     await _reconcile(_Handling(kwargs, timer=False))
 
 
@@ -294,6 +312,7 @@ async def _delete(**kwargs: Any) -> None:
     spec, status, memo = kwargs["spec"], kwargs["status"], kwargs["memo"]
     logger, meta = kwargs["logger"], kwargs["meta"]
     cfg: Config = memo.config
+    _drop_legacy_finalizer(kwargs)
     keys = {k for k in (declared_key(KINDS[resource], dict(spec), cfg.broker_root,
                                      cfg.consumer_root), status.get("etcdKey")) if k}
     try:

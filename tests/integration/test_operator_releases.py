@@ -54,3 +54,19 @@ async def test_two_operators_each_serve_their_own_namespace(
                 await eventually(lambda n=ns: obj(  # type: ignore[misc]
                     kube, "example-journal", ns=n) is None, f"{ns} is deleted", 20)
                 assert await spec_in_etcd(clients[ns], key) is None
+
+
+async def test_the_default_finalizer_of_an_older_install_is_dropped(
+        kube: Emulator, etcd_server: EmbeddedEtcd, etcd_prefix: str, etcd: Etcd) -> None:
+    """Upgraded to a finalizer of its own, the operator drops the default one older
+    versions put on resources (nothing else would remove it: deletes would hang)."""
+    mine = "rel.default.gazette-py.dev/finalizer"
+    old = journal("example-journal", 1)
+    old["metadata"]["finalizers"] = ["gazette-py.dev/finalizer"]
+    await create(kube, old)
+    async with running_operator(kube, etcd_server.endpoint, etcd_prefix, FINALIZER=mine):
+        await eventually(lambda: obj(kube, "example-journal")["metadata"].get(
+            "finalizers") == [mine], "only its own finalizer is left", 20)
+        await call("DELETE", url(kube, "example-journal"))
+        await eventually(lambda: obj(kube, "example-journal") is None, "deleted", 20)
+    assert await spec_in_etcd(etcd, f"{etcd_prefix}/items/example/journal") is None
