@@ -105,8 +105,8 @@ def unserved(stores: tuple[str, ...], brokers: list[MemberSpec]) -> str | None:
     missing = [s for s in schemes if s not in served]
     what = (", ".join(f"{s}://" for s in missing) if missing else
             "all of " + ", ".join(f"{s}://" for s in schemes) + " at once")
-    count = f"{len(brokers)} registered broker" + ("s" if len(brokers) > 1 else "")
-    return (f"no broker serves {what} stores (the {count} serve "
+    count = f"{len(brokers)} registered broker" + ("s serve" if len(brokers) > 1 else " serves")
+    return (f"no broker serves {what} stores (the {count} "
             f"{', '.join(f'{s}://' for s in served)}); not written until one does")
 
 

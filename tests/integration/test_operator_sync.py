@@ -168,8 +168,10 @@ def test_unserved_stores_name_the_scheme_and_what_brokers_serve() -> None:
     assert unserved(("file:///x/",), [s3_only, both]) is None
     assert unserved(("file:///x/",), [anything]) is None
     why = unserved(("file:///x/",), [s3_only])
-    assert why == ("no broker serves file:// stores (the 1 registered broker serve s3://); "
+    assert why == ("no broker serves file:// stores (the 1 registered broker serves s3://); "
                    "not written until one does")
+    two = unserved(("file:///x/",), [s3_only, s3_only])
+    assert two is not None and "(the 2 registered brokers serve s3://)" in two
 
 
 async def test_the_route_of_a_journal_a_broker_serves(broker_server: BrokerServer) -> None:
