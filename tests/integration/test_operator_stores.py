@@ -54,7 +54,7 @@ async def test_a_journal_no_broker_can_serve_waits_for_one(
             ready = condition(kube, "Ready", "unserved")
             assert ready["status"] == "False"
             assert "no broker serves file:// stores" in ready["message"], ready
-            assert "serve s3://" in ready["message"], ready
+            assert "(the 1 registered broker serves s3://)" in ready["message"], ready
             assert condition(kube, "Synced", "unserved")["status"] == "False"
             assert await spec_in_etcd(etcd, f"{etcd_prefix}/items/files/journal") is None
 
