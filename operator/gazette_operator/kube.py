@@ -3,16 +3,14 @@ the uninstall hook (delete the release's resources, wait, let go of finalizers),
 letting go of finalizers in a namespace being deleted (its etcd may be gone with it).
 
 It speaks JSON over aiohttp with the credentials kopf's login functions find (the pod's
-service account, else a kubeconfig): `kopf.ConnectionInfo`.
+service account, else a kubeconfig), turned into headers and TLS settings by kopf's own
+`kopf.ConnectionInfo` methods.
 """
 
 from __future__ import annotations
 
-import base64
 import ssl
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -28,38 +26,9 @@ class KubeError(Exception):
     """The API answered an unexpected status."""
 
 
-def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
-    if not info.server.startswith("https://"):
-        return False
-    if info.insecure:
-        return False
-    context = ssl.create_default_context(cafile=str(info.ca_path) if info.ca_path else None)
-    if info.ca_data:
-        data = info.ca_data
-        context.load_verify_locations(cadata=data.decode() if isinstance(data, bytes) else data)
-    cert, key = info.certificate_path, info.private_key_path
-    with tempfile.TemporaryDirectory() as tmp:
-        if info.certificate_data:
-            cert = _write(Path(tmp) / "cert.pem", info.certificate_data)
-        if info.private_key_data:
-            key = _write(Path(tmp) / "key.pem", info.private_key_data)
-        if cert:
-            context.load_cert_chain(str(cert), str(key) if key else None)
-    return context
-
-
-def _write(path: Path, data: str | bytes) -> Path:
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    return path
-
-
-def _headers(info: kopf.ConnectionInfo) -> dict[str, str]:
-    if info.token:
-        return {"Authorization": f"{info.scheme or 'Bearer'} {info.token}"}
-    if info.username and info.password:
-        raw = f"{info.username}:{info.password}".encode()
-        return {"Authorization": f"Basic {base64.b64encode(raw).decode()}"}
-    return {}
+def _ssl(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
+    """kopf's own TLS settings of `info` (its CA, client certificate, ``insecure``)."""
+    return info.as_ssl_context() if info.server.startswith("https://") else False
 
 
 class KubeApi:
@@ -67,8 +36,8 @@ class KubeApi:
 
     def __init__(self, info: kopf.ConnectionInfo) -> None:
         self.server = info.server.rstrip("/")
-        self._ssl = _ssl_context(info)
-        self._headers = _headers(info)
+        self._ssl = _ssl(info)
+        self._headers = info.as_http_headers()
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> KubeApi:
