@@ -5,7 +5,9 @@ bad queries are refused clearly; the member's /metrics and /healthz serve."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from gazette_consumer.examples.word_count import WordCount, count_shard, publish
 from tests.fixtures.consumer import Stores, members_of, primaries
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.polling import eventually
+from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +123,23 @@ async def test_a_bad_query_is_refused_naming_the_field(
             return False
 
     await eventually(served, "the member answers a good query", timeout=30)
+
+
+async def test_setup_makes_the_journals_in_the_store_it_is_given(
+        etcd_server: EtcdServer, consumer_root: str, broker_server: BrokerServer,
+        s3_bucket: S3Bucket) -> None:
+    # On the Helm chart the brokers serve s3:// stores only: setup takes the store.
+    store = f"{s3_bucket.url}examples/"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gazette_consumer.examples.word_count",
+        "--broker.address", broker_server.grpc_address, "--etcd.address",
+        etcd_server.endpoint, "--etcd.prefix", consumer_root, "setup",
+        "--fragment-store", store, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    async with JournalClient(broker_server.grpc_address) as client:
+        listing = await client.list("prefix=examples/word-count/")
+    assert {j.spec.name for j in listing.journals} == {
+        word_count.LINES, *(f"{word_count.DELTAS}part-{i:03d}" for i in range(4))}
+    assert {j.spec.fragment.stores for j in listing.journals} == {(store,)}

@@ -137,6 +137,12 @@ class LocalItems(Generic[SpecT, L]):
             return None
         return spec
 
+    def holding(self, assigned: set[str]) -> set[str]:
+        """Of the items `assigned` here, those that may hold something to hand over: all
+        but those never opened here (in `unready`: a journal whose stores could not be
+        listed, say), which a drain need not wait for."""
+        return assigned - self.unready.keys()
+
     async def sync(self) -> None:
         """Bring every item in line with the keyspace (start-up does this; changes are
         followed incrementally after)."""

@@ -15,6 +15,7 @@ retried, logged, until a deadline (`until_etcd`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -26,6 +27,8 @@ from gazette.keyspace.specs import encode_broker
 from gazette.protocol import MemberSpec, ProcessId
 from gazette.supervise import Supervisor
 
+#: Seconds between checks of what is still assigned while draining.
+DRAIN_RECHECK = 1.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -145,7 +148,10 @@ class Membership:
         try:
             async with asyncio.timeout(timeout):
                 while assigned():
-                    await changed.wait()
+                    # A change in etcd, or a second at most: `assigned` may also change
+                    # with local state (an item found to hold nothing here).
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), DRAIN_RECHECK)
                     changed.clear()
         except TimeoutError:
             log.warning("draining: items still assigned here after %.0fs: %s", timeout,

@@ -256,8 +256,10 @@ class ConsumerMember:
                  cfg.broker_address, cfg.etcd_address, self.layout.root)
 
     async def drain(self, timeout: float) -> bool:
-        """Ask for no shards and wait until none is assigned here."""
-        return await self.membership.drain(self.resolver.assigned, timeout)
+        """Ask for no shards and wait until none that may hold state is assigned here (a
+        shard never opened here holds none)."""
+        return await self.membership.drain(
+            lambda: self.shards.holding(self.resolver.assigned()), timeout)
 
     async def wait(self) -> None:
         """Return only when this member can no longer serve (raises why)."""

@@ -221,11 +221,13 @@ class BrokerServer:
         return self.membership.lease
 
     async def drain(self, timeout: float) -> bool:
-        """Ask for no journals and wait until none is assigned here any more (see
-        `Membership.drain`). Returns whether that happened in `timeout`."""
+        """Ask for no journals and wait until none that may hold data is assigned here
+        any more (see `Membership.drain`; a journal never opened here holds nothing).
+        Returns whether that happened in `timeout`."""
         resolver = self.broker.resolver
         assert resolver is not None
-        return await self.membership.drain(resolver.assigned, timeout)
+        return await self.membership.drain(
+            lambda: self.broker.local.holding(resolver.assigned()), timeout)
 
     async def wait(self) -> None:
         """Return only when the broker can no longer serve: its lease is lost (it must

@@ -183,7 +183,8 @@ async def _main(args: argparse.Namespace) -> int:
             etcd = Etcd(args.etcd_address)
             await etcd.connect()
             try:
-                await setup(client, etcd, etcd_root=args.etcd_prefix)
+                await setup(client, etcd, fragment_store=args.fragment_store,
+                            etcd_root=args.etcd_prefix)
             finally:
                 await etcd.close()
             print(f"journals {LINES}, {DELTAS}part-000..{PARTS - 1:03d} and "
@@ -207,7 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--etcd.prefix", dest="etcd_prefix",
                         default=os.environ.get("CONSUMER_ETCD_PREFIX", CONSUMER_ROOT))
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("setup", help="create the journals and shards (where missing)")
+    make = sub.add_parser("setup", help="create the journals and shards (where missing)")
+    make.add_argument("--fragment-store", default=os.environ.get("FRAGMENT_STORE", "file:///"),
+                      help="the journals' fragment store [$FRAGMENT_STORE] (default file:///, "
+                           "which brokers serve with --broker.file-root; on the Helm chart "
+                           "with MinIO: s3://gazette/examples/, as operator/examples)")
     pub = sub.add_parser("publish", help="append lines (arguments, else stdin)")
     pub.add_argument("lines", nargs="*")
     ask = sub.add_parser("query", help="a word's count, from any member")
