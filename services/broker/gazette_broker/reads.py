@@ -131,8 +131,10 @@ class ReadSide:
         stores hold), or a read gave that gap up."""
         if any(begin <= offset < end for begin, end in self._skipped):
             return True
-        return bool(self.spec.fragment.retention) and \
-            offset < self.index.fragments().begin_offset
+        # With no fragment left at all, the first one the stores hold is the open spool.
+        fragments = self.index.fragments()
+        first = fragments.begin_offset if len(fragments) else self._spool.begin
+        return bool(self.spec.fragment.retention) and offset < first
 
     def _in_gap(self, offset: int) -> bool:
         """Whether `offset` is in a gap this replica rolled past that is neither persisted
