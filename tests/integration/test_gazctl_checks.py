@@ -16,7 +16,6 @@ from gazette.consumer.member import ConsumerMember
 from gazette.local.etcd import EmbeddedEtcd
 from gazette_broker import BrokerServer
 from tests.fixtures.broker import broker_config
-from tests.fixtures.consumer import Stores, members_of
 from tests.integration.test_gazctl_shards import gazctl, listed, one_error_line
 
 pytestmark = pytest.mark.integration
@@ -82,18 +81,6 @@ async def test_journals_apply_with_no_broker_registered_checks_nothing(
                                 broker=broker_server, stdin=FILES.encode())
     assert code == 0, err
     assert "no broker is registered yet: the journals' stores are not checked" in err
-
-
-@pytest.fixture
-async def member(etcd_server: EmbeddedEtcd, consumer_root: str, broker: BrokerServer
-                 ) -> AsyncIterator[ConsumerMember]:
-    members: list[ConsumerMember] = []
-    try:
-        members = await members_of(etcd_server, consumer_root, broker, Stores(), ["m0"])
-        yield members[0]
-    finally:
-        for m in members:
-            await m.stop()
 
 
 async def test_shards_apply_refuses_a_source_journal_that_does_not_exist(

@@ -14,8 +14,6 @@ import pytest
 
 from gazette.consumer.member import ConsumerMember
 from gazette.local.etcd import EmbeddedEtcd
-from gazette_broker import BrokerServer
-from tests.fixtures.consumer import Stores, members_of
 from tests.fixtures.kube import Emulator
 from tests.fixtures.polling import eventually
 from tests.integration.test_operator import NS, call, running_operator, status, url
@@ -31,18 +29,6 @@ async def operator(kube: Emulator, etcd_server: EmbeddedEtcd, etcd_prefix: str,
     async with running_operator(kube, etcd_server.endpoint, etcd_prefix,
                                 consumer_root) as running:
         yield running
-
-
-@pytest.fixture
-async def member(etcd_server: EmbeddedEtcd, consumer_root: str, broker: BrokerServer
-                 ) -> AsyncIterator[ConsumerMember]:
-    members: list[ConsumerMember] = []
-    try:
-        members = await members_of(etcd_server, consumer_root, broker, Stores(), ["m0"])
-        yield members[0]
-    finally:
-        for m in members:
-            await m.stop()
 
 
 def shard(name: str, shard_id: str, journal: str) -> dict[str, Any]:
