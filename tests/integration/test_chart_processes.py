@@ -11,8 +11,9 @@ the operator(s) against the emulated API (logged in with their service account) 
 consumer start; every startup, readiness and liveness probe answers; the operator's
 examples are applied as ``kubectl apply`` sends them; the journals take appends through
 the broker Service's port; the word-count shards run and answer their query route; a
-Spark job of ``sparkJobs`` runs with the rendered environment; everything stops cleanly
-on SIGTERM."""
+Spark job of ``sparkJobs`` runs with the rendered environment; ``helm uninstall``'s
+pre-delete hook leaves nothing holding a finalizer; everything stops cleanly on
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -112,6 +113,11 @@ async def api_server(workdir: Path) -> AsyncIterator[tuple[Emulator, str, Path,
             kind="KopfPeering", namespaced=True, verbs=verbs)
         emulator.resources["v1/nodes"] = kmock.ResourceInfo(
             kind="Node", namespaced=False, verbs={"get", "list", "create"})
+        # What `helm uninstall`'s pre-delete hook reads and scales.
+        emulator.resources["apps/v1/deployments"] = kmock.ResourceInfo(
+            kind="Deployment", namespaced=True, verbs=verbs)
+        emulator.resources["v1/pods"] = kmock.ResourceInfo(
+            kind="Pod", namespaced=True, verbs=verbs)
         yield emulator, f"https://127.0.0.1:{srv.port}", ca_file, client
 
 
@@ -120,7 +126,7 @@ class Kubectl:
 
     PLURALS = {"JournalSpec": "journalspecs", "ShardSpec": "shardspecs",
                "ClusterKopfPeering": "clusterkopfpeerings", "KopfPeering": "kopfpeerings",
-               "Node": "nodes"}
+               "Node": "nodes", "Deployment": "deployments", "Pod": "pods"}
 
     def __init__(self, url: str, context: ssl.SSLContext) -> None:
         self.url, self.context = url, context
@@ -138,6 +144,19 @@ class Kubectl:
             for obj in objects:
                 async with http.post(self.path(obj), json=obj, ssl=self.context) as r:
                     assert r.status < 300, f"{obj['kind']} {obj['metadata']}: {await r.text()}"
+
+    async def items(self, kind: str, api_version: str) -> list[dict[str, Any]]:
+        probe = {"apiVersion": api_version, "kind": kind,
+                 "metadata": {"namespace": NAMESPACE}}
+        async with aiohttp.ClientSession() as http, http.get(
+                self.path(probe), ssl=self.context) as r:
+            assert r.status == 200, await r.text()
+            return list((await r.json()).get("items") or [])
+
+    async def delete(self, obj: dict[str, Any]) -> None:
+        async with aiohttp.ClientSession() as http, http.delete(
+                f"{self.path(obj)}/{obj['metadata']['name']}", ssl=self.context) as r:
+            assert r.status < 300, await r.text()
 
     async def get(self, obj: dict[str, Any]) -> dict[str, Any]:
         async with aiohttp.ClientSession() as http, http.get(
@@ -278,6 +297,52 @@ async def persisted(release: Release, journal: str) -> None:
                          interval=0.5)
 
 
+async def helm_uninstall(release: Release, kubectl: Kubectl, rendered: list[dict[str, Any]]
+                         ) -> None:
+    """`helm uninstall`'s pre-delete hook, as Helm runs it while everything still runs:
+    the rendered Job from the operator's image against the API. This test plays the
+    Deployment controller and the kubelet: when the hook scales the operator to zero, its
+    processes get SIGTERM and its Pod objects go."""
+    operators = pods_of(release, "operator")
+    [deployment] = [o for o in rendered if o["kind"] == "Deployment"
+                    and o["metadata"]["name"] == release.pods[operators[0]].workload[
+                        "metadata"]["name"]]
+    # The Deployment was created with the release; its pods are the running processes.
+    await kubectl.apply(*(namespaced({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "labels": release.pods[name].labels}}) for name in operators))
+    [hook] = [o["metadata"]["name"] for o in rendered if o["kind"] == "Job"
+              and "pre-delete" in o["metadata"].get("annotations", {}).get("helm.sh/hook", "")]
+
+    async def scaled_down() -> bool:
+        return (await kubectl.get(namespaced(deployment)))["spec"]["replicas"] == 0
+
+    async def controller() -> None:
+        await eventually(scaled_down, "the hook scaled the operator to zero", timeout=300,
+                         interval=0.2)
+        for name in operators:
+            for proc in release.pods[name].processes.values():
+                await asyncio.to_thread(proc.stop, 60)
+            await kubectl.delete(namespaced({"apiVersion": "v1", "kind": "Pod",
+                                             "metadata": {"name": name}}))
+
+    scaling = asyncio.ensure_future(controller())
+    try:
+        _, code, output = await asyncio.to_thread(release.run_job, hook, 300)
+        assert code == 0, output
+        assert scaling.done(), f"the hook never scaled the operator down:\n{output}"
+    finally:
+        scaling.cancel()
+    # Nothing is left holding a finalizer no operator will remove: the resources
+    # applied by hand stay (their specs in etcd too), released.
+    left = [*await kubectl.items("JournalSpec", "gazette-py.dev/v1alpha1"),
+            *await kubectl.items("ShardSpec", "gazette-py.dev/v1alpha1")]
+    assert {o["metadata"]["name"] for o in left} == {
+        o["metadata"]["name"] for o in examples()}
+    assert not [o["metadata"]["name"] for o in left if o["metadata"].get("finalizers")], \
+        output
+
+
 def stops_cleanly(release: Release) -> None:
     """SIGTERM ends every gazette process with status 0 (drains, then exits)."""
     for name in [*pods_of(release, "consumer"), *pods_of(release, "operator"),
@@ -336,6 +401,7 @@ async def test_default_values(helm: Helm, images: dict[str, Image], tmp_path: Pa
                          .glob("*.csv"))
             counted = f"{QUICK_START.word},{QUICK_START.count}"
             assert counted in csv.read_text().replace('"', ""), csv.read_text()
+            await helm_uninstall(release, kubectl, rendered)
             await asyncio.to_thread(stops_cleanly, release)
         finally:
             await asyncio.to_thread(release.stop_all)
@@ -382,6 +448,7 @@ async def test_production_values(helm: Helm, images: dict[str, Image], tmp_path:
                 assert code == 0, output
                 exported = release.workdir / "pods" / pod.name / "tmp" / "export" / "lines"
                 assert list(exported.rglob("*.parquet")), output
+                await helm_uninstall(release, kubectl, rendered)
                 await asyncio.to_thread(stops_cleanly, release)
             finally:
                 await asyncio.to_thread(release.stop_all)
