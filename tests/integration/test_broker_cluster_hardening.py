@@ -90,6 +90,15 @@ async def test_an_uncertain_append_over_http_says_so(
                 assert r.headers["X-Gazette-Outcome"] == "unknown"
                 assert "may or may not have committed" in await r.text()
     finally:
+        # Peers reach each other directly again, so the brokers' drains can hand their
+        # journals over when the fixture stops them (through closed relays, each waited
+        # its whole drain timeout).
+        for src in cluster:
+            for dst in cluster:
+                channel = src.broker.channels._channels.pop(dst.endpoint, None) \
+                    if dst is not src else None
+                if channel is not None:
+                    await channel.close()
         for relay in relays.values():
             await relay.__aexit__(None, None, None)
 

@@ -260,7 +260,9 @@ async def test_the_allocator_is_restarted_after_etcd_fails(
         relay.refuse = False
         await eventually(lambda: "alloc/one" in server.broker.replicas,
                          "the journal is assigned after etcd is back", 30)
-        await relayed.close()
+    # Closed once the broker stopped: its drain needs the allocator's writes (closed
+    # before, each stop waited the whole drain timeout).
+    await relayed.close()
 
 
 # -- 3. a failing store shows in gazctl ----------------------------------------------------
