@@ -50,7 +50,9 @@ from tests.fixtures.procs import Process, free_port
 from tests.fixtures.release import Release
 from tests.fixtures.s3 import find_moto_server
 
-pytestmark = pytest.mark.integration
+# The first test waits for the images: on a fresh machine a cold build (a Debian base,
+# every dependency, a JRE) started in the background at the session's start.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gazette"
