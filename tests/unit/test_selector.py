@@ -258,6 +258,14 @@ def test_tutorial_selector_on_bare_journal() -> None:
     assert not s.matches(journal_labels("foobarbaz/part-000", LabelSet()))
 
 
+@pytest.mark.parametrize("text", ["prefix=foobar/part-000", "prefix in (foobar/, x)",
+                                  "prefix!=foobar", "a=b, prefix notin (x)"])
+def test_a_prefix_that_is_no_folder_is_refused(text: str) -> None:
+    # It would select nothing, silently: an export job read 0 rows with one.
+    with pytest.raises(ValidationError, match=r"a prefix ends with '/'.*use name="):
+        parse_selector(text)
+
+
 # --- properties ------------------------------------------------------------------------
 
 _ALNUM = string.ascii_letters + string.digits
@@ -275,7 +283,11 @@ label_values = st.one_of(
     st.sampled_from(["", "", "x", "y", "in", "notin", "foobar/"]),
     st.text(_ALNUM + LABEL_VALUE_SYMBOLS, max_size=6),
 )
-label_sets = st.lists(st.tuples(label_names, label_values), max_size=6).map(LabelSet)
+# A prefix is a folder: its values end with '/' (a selector refuses any other).
+label_pairs = st.tuples(label_names, label_values).map(
+    lambda nv: (nv[0], nv[1] + "/" if nv[0] == "prefix" and nv[1] and not nv[1].endswith("/")
+                else nv[1]))
+label_sets = st.lists(label_pairs, max_size=6).map(LabelSet)
 selectors = st.builds(Selector, label_sets, label_sets)
 
 # Text built from the grammar's own pieces, so that fuzzing reaches deep into the parser.

@@ -17,7 +17,7 @@ import string
 from typing import Any, NamedTuple, NoReturn
 
 from gazette.errors import ValidationError
-from gazette.labels.labelset import EMPTY, Label, LabelSet
+from gazette.labels.labelset import EMPTY, PREFIX, Label, LabelSet
 from gazette.names import (
     LABEL_NAME_SYMBOLS,
     LABEL_VALUE_SYMBOLS,
@@ -256,7 +256,7 @@ class _Parser:
                 if after.kind != "word" or after.text != "in":
                     self.fail(after.pos, f"expected 'in' after 'not', found {_describe(after)}")
             target = include if op.text == "in" else exclude
-            target.extend(Label(name, value) for value in self.value_list())
+            target.extend(Label(name, value) for value in self.value_list(name))
         else:
             self.fail(
                 op.pos,
@@ -275,13 +275,20 @@ class _Parser:
         except ValidationError as err:
             self.fail(tok.pos, "invalid label name", err.reason)
 
-    def value(self, tok: _Token) -> str:
+    def value(self, tok: _Token, name: str = "") -> str:
         if tok.kind != "word":
             self.fail(tok.pos, f"expected a label value, found {_describe(tok)}")
         try:
-            return validate_label_value(tok.text, self.field)
+            value = validate_label_value(tok.text, self.field)
         except ValidationError as err:
             self.fail(tok.pos, "invalid label value", err.reason)
+        if name == PREFIX and not value.endswith("/"):
+            # Prefix labels are a name's folders, each ending in '/': this would select
+            # nothing, silently.
+            self.fail(tok.pos, f"a prefix ends with '/' (the folder of the journals or "
+                      f"shards to select); {value!r} selects nothing: for that one name, "
+                      f"use name={value} (journals) or id={value} (shards)")
+        return value
 
     def single_value(self, name: str, op: _Token) -> str:
         tok = self.peek()
@@ -291,9 +298,9 @@ class _Parser:
             else:
                 hint = f"'!{name}' to select on absence"
             self.fail(tok.pos, f"empty value after '{op.text}' (use {hint})")
-        return self.value(self.next())
+        return self.value(self.next(), name)
 
-    def value_list(self) -> list[str]:
+    def value_list(self, name: str) -> list[str]:
         tok = self.next()
         if tok.kind != "(":
             self.fail(tok.pos, f"expected '(', found {_describe(tok)}")
@@ -301,7 +308,7 @@ class _Parser:
             self.fail(self.peek().pos, "expected at least one value in '( )'")
         values: list[str] = []
         while True:
-            values.append(self.value(self.next()))
+            values.append(self.value(self.next(), name))
             tok = self.next()
             if tok.kind == ")":
                 return values
