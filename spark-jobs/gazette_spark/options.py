@@ -75,6 +75,10 @@ class ReadOptions:
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     #: How long signed URLs from a broker stay valid (seconds).
     signature_ttl: int = 3600
+    #: Listing stores directly, a hole before a fragment persisted less than this many
+    #: seconds ago is taken for an upload still under way (brokers upload out of order):
+    #: a read stops before it rather than calling it lost.
+    hole_grace_seconds: int = 600
 
     @property
     def has_uuids(self) -> bool:
@@ -87,14 +91,14 @@ class ReadOptions:
         known = {"journals", "broker", "stores", "startingoffsets", "endingoffsets",
                  "starttime", "endtime", "framing", "schema", "messagetype",
                  "readcommitted", "failondataloss", "minpartitions",
-                 "maxpartitionbytes", "signaturettl"}
+                 "maxpartitionbytes", "signaturettl", "holegraceseconds"}
         unknown = sorted(set(opts) - known)
         if unknown:
             raise OptionError(unknown[0], "unknown option (known: " + ", ".join(sorted(
                 ("journals", "broker", "stores", "startingOffsets", "endingOffsets",
                  "startTime", "endTime", "framing", "schema", "messageType",
                  "readCommitted", "failOnDataLoss", "minPartitions", "maxPartitionBytes",
-                 "signatureTTL"))) + ")")
+                 "signatureTTL", "holeGraceSeconds"))) + ")")
         try:
             selector = parse_selector(opts.get("journals", ""), "journals")
         except ValidationError as err:
@@ -150,7 +154,8 @@ class ReadOptions:
             min_partitions=_int(opts, "minPartitions", 0, 0, 1 << 20),
             max_partition_bytes=_int(opts, "maxPartitionBytes",
                                      DEFAULT_MAX_PARTITION_BYTES, 1 << 10, 1 << 40),
-            signature_ttl=_int(opts, "signatureTTL", 3600, 60, 7 * 86400))
+            signature_ttl=_int(opts, "signatureTTL", 3600, 60, 7 * 86400),
+            hole_grace_seconds=_int(opts, "holeGraceSeconds", 600, 0, 7 * 86400))
         if out.end_time and out.start_time >= out.end_time:
             raise OptionError("endTime", "must be after startTime")
         return out

@@ -4,8 +4,12 @@ Journals and their persisted fragments are found through a broker (ListFragments
 signed URLs) or by listing stores directly. Each journal's fragments are reduced to their
 cover set (`FragmentSet`: a fragment that another covers, such as a replica's copy in a
 second store, is read once) and walked from the start offset to the end offset into
-`Piece`s, one per fragment. A hole between fragments inside that range is data loss:
-the read fails naming it, or with ``failOnDataLoss=false`` logs it and goes on.
+`Piece`s, one per fragment. Brokers persist fragments out of order (concurrent uploads,
+retries), so a range not persisted yet is no loss: a read stops before it and a stream
+reads it in a later micro-batch. Such a range is one a broker lists unpersisted, or,
+listing stores directly, a hole before a fragment persisted less than
+``holeGraceSeconds`` ago. Any other hole inside the range is data loss: the read fails
+naming it, or with ``failOnDataLoss=false`` logs it and goes on.
 
 Pieces become `Slice`s (Spark partitions): with ``readCommitted``, all of a journal in
 one slice (the Sequencer reads a journal in order); otherwise consecutive pieces of one
@@ -20,6 +24,7 @@ import asyncio
 import itertools
 import logging
 import math
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -90,7 +95,8 @@ class Plan:
         return sum(p.size for ps in self.pieces.values() for p in ps)
 
 
-#: Per journal, its persisted fragments and the URL to fetch each from ("": its store).
+#: Per journal, its fragments and the URL to fetch each from ("": its store). A fragment
+#: without a backing store is one a broker listed as not persisted yet.
 Found = dict[str, list[tuple[Fragment, str]]]
 
 
@@ -120,8 +126,7 @@ async def _from_broker(opts: ReadOptions) -> Found:
             infos = await client.list_fragments(
                 name, begin_mod_time=opts.start_time, end_mod_time=opts.end_time,
                 signature_ttl=timedelta(seconds=opts.signature_ttl))
-            out[name] = [(i.fragment, i.signed_url) for i in infos
-                         if i.fragment.backing_store]
+            out[name] = [(i.fragment, i.signed_url) for i in infos]
             waiting = sum(i.fragment.size for i in infos if not i.fragment.backing_store)
             if waiting:
                 log.info("%s: %d bytes are not persisted yet and are not read (a fragment "
@@ -165,13 +170,16 @@ def plan(found: Found, opts: ReadOptions,
     """The pieces to read of each journal; `starts` (a stream's offsets) overrides
     ``startingOffsets``."""
     out = Plan()
+    now = time.time()
     for journal in sorted(found):
         urls = {f: url for f, url in found[journal]}
-        frags = FragmentSet(sorted((f for f, _ in found[journal]),
+        frags = FragmentSet(sorted((f for f, _ in found[journal] if f.backing_store),
                                    key=lambda f: (f.begin, -f.end, f.backing_store)))
+        unpersisted = [(f.begin, f.end) for f, _ in found[journal] if not f.backing_store]
         if not len(frags):
             continue
         first, last = frags.begin_offset, frags.end_offset
+        first = min([first, *(b for b, _ in unpersisted)])
         want_start: str | int = (starts[journal] if starts and journal in starts
                                  else opts.starting.of(journal))
         want_end = opts.ending.of(journal)
@@ -186,6 +194,12 @@ def plan(found: Found, opts: ReadOptions,
         offset = max(start, first)
         while offset < end:
             f = frags.find(offset)
+            if (f is None or f.begin > offset) and _pending(offset, f, unpersisted, opts,
+                                                            now):
+                log.info("%s: [%d, %d) is not persisted yet: read up to %d now, the rest "
+                         "once it is", journal, offset, f.begin if f else end, offset)
+                end = offset
+                break
             if f is None:
                 break
             if f.begin > offset:
@@ -196,8 +210,20 @@ def plan(found: Found, opts: ReadOptions,
             stop = min(f.end, end)
             pieces.append(Piece(f, offset, stop, urls.get(f, "")))
             offset = stop
+        out.ends[journal] = max(start, end)
         out.pieces[journal] = pieces
     return out
+
+
+def _pending(offset: int, following: Fragment | None, unpersisted: list[tuple[int, int]],
+             opts: ReadOptions, now: float) -> bool:
+    """Whether the bytes missing at `offset` (up to `following`, the next persisted
+    fragment) may still be persisted: a broker listed them unpersisted, or, listing
+    stores, the next fragment is younger than ``holeGraceSeconds``."""
+    if any(begin <= offset < end for begin, end in unpersisted):
+        return True
+    return bool(opts.stores) and following is not None and \
+        now - following.mod_time < opts.hole_grace_seconds
 
 
 def _lost(opts: ReadOptions, journal: str, begin: int, end: int, what: str) -> None:

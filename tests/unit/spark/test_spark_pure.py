@@ -7,7 +7,9 @@ import asyncio
 import hashlib
 import json
 import random
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -287,6 +289,29 @@ def test_cover_sets_holes_offsets_and_partitions() -> None:
         plan({"a/y": found["a/y"]}, ReadOptions.parse(
             {"stores": "file:///s/", "startingOffsets": '{"a/y": 0}'}))
     assert len(slices(p, opts)) == 2  # one per journal: each under maxPartitionBytes
+
+
+def test_ranges_not_persisted_yet_stop_a_read_and_are_no_loss() -> None:
+    # Through a broker: it lists [100, 200) unpersisted while [200, 300) is in a store.
+    listed = {"a/x": [(frag("a/x", 0, 100), ""), (frag("a/x", 100, 200, ""), ""),
+                      (frag("a/x", 200, 300), "")]}
+    broker = ReadOptions.parse({"broker": "localhost:8080"})
+    p = plan(listed, broker)
+    assert [(x.begin, x.end) for x in p.pieces["a/x"]] == [(0, 100)]
+    assert p.ends["a/x"] == 100  # a stream reads on from here once it is persisted
+    # A journal's first fragment not persisted yet: nothing is read, from 0.
+    first = plan({"a/y": [(frag("a/y", 0, 10, ""), ""), (frag("a/y", 10, 20), "")]}, broker)
+    assert first.pieces["a/y"] == [] and (first.starts["a/y"], first.ends["a/y"]) == (0, 0)
+    # Listing stores: a hole before a fragment persisted moments ago may be an upload
+    # under way; before one older than holeGraceSeconds, it is lost.
+    young = replace(frag("a/z", 20, 30), mod_time=int(time.time()))
+    hole = {"a/z": [(frag("a/z", 0, 10), ""), (young, "")]}
+    stores = ReadOptions.parse({"stores": "file:///s/"})
+    assert [(x.begin, x.end) for x in plan(hole, stores).pieces["a/z"]] == [(0, 10)]
+    with pytest.raises(DataLoss, match=r"a/z: bytes \[10, 20\)"):
+        plan(hole, ReadOptions.parse({"stores": "file:///s/", "holeGraceSeconds": "0"}))
+    with pytest.raises(OptionError, match="holeGraceSeconds"):
+        ReadOptions.parse({"stores": "file:///s/", "holeGraceSeconds": "-1"})
 
 
 def test_large_uncompressed_fragments_are_split_for_line_framings() -> None:
