@@ -1,7 +1,8 @@
 """A shard's transactions over a real broker: read-committed input (duplicates, rolled
 back and uncommitted messages never reach the app), effects in the store and published
-outputs exactly once across crashes and restarts, checkpoints in a JSON file that survive
-the process, and transactions sized by the input's rate."""
+outputs exactly once across crashes and restarts and when one application object runs a
+shard again after a failed read abandoned its transaction, checkpoints in a JSON file that
+survive the process, and transactions sized by the input's rate."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from gazette.message import (
     Publisher,
 )
 from gazette.protocol import ShardSource, ShardSpec
+from gazette_broker import BrokerServer
+from tests.fixtures.abandoned import HELD_OPEN, flaky_reads, read_fails_mid_txn
 from tests.fixtures.consumer import (
     KEYS,
     Sums,
@@ -46,6 +49,23 @@ async def test_effects_and_outputs_exactly_once_across_crashes(
         # A MemoryStore's restore drops what was not committed.
         expected = await crash_runs(sums_client, out, lambda: Sums(store), rng, 4)
         await run_until(ShardRunner(spec(), Sums(store), sums_client, out), sums_client)
+        await out.flush()
+    assert store.committed == expected
+    assert await committed_outputs(sums_client) == expected
+
+
+async def test_a_transaction_abandoned_by_a_failed_read_leaves_nothing_to_the_next(
+        broker_server: BrokerServer, sums_client: JournalClient) -> None:
+    """`shard.txn` is the transaction's own: one application object runs the shard
+    again after a run whose open transaction was abandoned, and publishes once."""
+    expected = await produce(sums_client, random.Random(3), 20)
+    store = MemoryStore()
+    app = Sums(store)
+    async with AppendQueue(sums_client) as out, \
+            flaky_reads(broker_server.grpc_address) as (relay, flaky):
+        await read_fails_mid_txn(ShardRunner(spec(**HELD_OPEN), app, flaky, out), relay,
+                                 lambda: app.consumed > 0)
+        await run_until(ShardRunner(spec(), app, sums_client, out), sums_client)
         await out.flush()
     assert store.committed == expected
     assert await committed_outputs(sums_client) == expected

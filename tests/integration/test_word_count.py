@@ -1,28 +1,36 @@
 """The word-count example on two consumer members over a real broker and etcd: lines
 are split into word deltas and counted by the shard that owns each word; the query API
 (gRPC and HTTP) answers from any member, the other forwarding to the owner's primary;
-bad queries are refused clearly; the member's /metrics and /healthz serve."""
+bad queries are refused clearly; the member's /metrics and /healthz serve; a split
+transaction abandoned by a failed read publishes its words once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import grpc
 import pytest
 
-from gazette.client import JournalClient
+from gazette.client import AppendQueue, JournalClient
+from gazette.consumer import Shard, ShardRunner
 from gazette.consumer.member import ConsumerMember
 from gazette.keyspace import Etcd
+from gazette.message import Envelope, Publisher
+from gazette.protocol import ShardSource, ShardSpec
 from gazette_broker import BrokerServer
 from gazette_consumer.examples import word_count
 from gazette_consumer.examples.word_count import WordCount, count_shard, publish, query, setup
+from tests.fixtures.abandoned import HELD_OPEN, flaky_reads, read_fails_mid_txn, run_through
 from tests.fixtures.consumer import Stores, members_of, primaries
 from tests.fixtures.etcd import EtcdServer
+from tests.fixtures.events import committed_lines
 from tests.fixtures.polling import eventually
 from tests.fixtures.s3 import S3Bucket
 
@@ -143,3 +151,41 @@ async def test_setup_makes_the_journals_in_the_store_it_is_given(
     assert {j.spec.name for j in listing.journals} == {
         word_count.LINES, *(f"{word_count.DELTAS}part-{i:03d}" for i in range(4))}
     assert {j.spec.fragment.stores for j in listing.journals} == {(store,)}
+
+
+class Watched(WordCount):
+    """Word count, counting the messages its transactions consumed."""
+
+    consumed = 0
+
+    def consume_message(self, shard: Shard, store: Any, envelope: Envelope,
+                        publisher: Publisher) -> None:
+        self.consumed += 1
+        super().consume_message(shard, store, envelope, publisher)
+
+
+async def test_a_split_abandoned_by_a_failed_read_publishes_its_words_once(
+        etcd_server: EtcdServer, consumer_root: str, broker_server: BrokerServer) -> None:
+    etcd = Etcd(etcd_server.endpoint)
+    await etcd.connect()
+    app = Watched()
+    source = (ShardSource(word_count.LINES),)
+    try:
+        async with JournalClient(broker_server.grpc_address) as client, \
+                flaky_reads(broker_server.grpc_address) as (relay, flaky), \
+                AppendQueue(client) as out:
+            await setup(client, etcd, etcd_root=consumer_root)
+            await publish(client, LINES)
+            await read_fails_mid_txn(
+                ShardRunner(ShardSpec(word_count.SPLIT_SHARD, source, **HELD_OPEN), app,
+                            flaky, out), relay, lambda: app.consumed == len(LINES))
+            # The shard runs again here (as its member runs it after a transient failure).
+            await run_through(ShardRunner(ShardSpec(word_count.SPLIT_SHARD, source), app,
+                                          client, out), client, [word_count.LINES])
+            counts: dict[str, int] = {}
+            for i in range(word_count.PARTS):
+                for delta in await committed_lines(client, f"{word_count.DELTAS}part-{i:03d}"):
+                    counts[delta["word"]] = counts.get(delta["word"], 0) + delta["n"]
+    finally:
+        await etcd.close()
+    assert counts == Counter(w for line in LINES for w in word_count.words(line))

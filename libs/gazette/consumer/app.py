@@ -6,6 +6,11 @@ read-committed message of the shard's sources, inside a transaction) and, usuall
 may be plain functions or coroutines. `new_store` gives each shard its store (in memory by
 default); `message_type` the message type of a source journal (by default, what the
 journal's framing decodes: a dict for JSON lines).
+
+What a transaction gathers outside the store belongs in `shard.txn` (made by `txn_state`
+when each transaction begins), never in the application object keyed by shard: a
+transaction abandoned before `finalize_txn` (a failed read, a cancelled run) is read
+again from the checkpoint, and its leftovers would be counted twice.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ class Progress:
 class Shard:
     """What an application gets of a shard: its `spec`, the `publisher` its messages go
     through (uncommitted within the transaction, acknowledged once it commits), its
-    `progress`, and `stopping` (set when the shard is being stopped here)."""
+    `progress`, and `stopping` (set when the shard is being stopped here). A member
+    makes one for each run of the shard (it starts, or starts again, here)."""
 
     spec: ShardSpec
     publisher: Publisher
@@ -68,6 +74,9 @@ class Shard:
     #: With a recovery log: the store's local folder, played from the log and
     #: recorded into it (give it to `SQLiteStore` or `JSONFileStore`).
     folder: RecordedFolder | None = None
+    #: The open transaction's own state (`Application.txn_state`), made afresh when each
+    #: transaction begins: an abandoned transaction's never reaches the next one.
+    txn: Any = None
 
     @property
     def id(self) -> str:
@@ -93,6 +102,11 @@ class Application:
         ``end`` is the offset a checkpoint records as read through; they go on through
         the Sequencer (read-committed) to `consume_message`."""
         return batches
+
+    def txn_state(self, shard: Shard) -> Any:
+        """What a transaction gathers outside the store (`shard.txn`), new for each
+        transaction before `begin_txn`: a dict unless overridden."""
+        return {}
 
     def begin_txn(self, shard: Shard, store: Any) -> Any:
         """A transaction begins (a message is ready)."""

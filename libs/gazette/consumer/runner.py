@@ -271,7 +271,7 @@ class ShardRunner:
                 # itself, so that the shard's status names it rather than the group.
                 raise failed.exceptions[0] from failed
         finally:
-            self.store = None
+            self.store = self.shard.txn = None
             for journal in self._heads:  # another member reports it from now on
                 with contextlib.suppress(KeyError):
                     LAG_BYTES.remove(self.spec.id, journal)
@@ -354,6 +354,7 @@ class ShardRunner:
             if not envelopes:
                 continue  # nothing committed yet: no transaction (the offsets go with the next)
             started = loop.time()
+            shard.txn = app.txn_state(shard)  # nothing of an abandoned transaction's
             await _maybe(app.begin_txn(shard, store))
             count = 0
             while True:

@@ -130,7 +130,6 @@ class GroupApp(Application):
 
     def __init__(self, group: Group, *, dsn: str | None, prefix: str) -> None:
         self.group, self.dsn, self.prefix = group, dsn, prefix
-        self._txns: dict[str, list[Item]] = {}
 
     def new_store(self, shard: Shard) -> Store:
         if self.dsn is not None:
@@ -141,13 +140,16 @@ class GroupApp(Application):
             raise RuntimeError(f"shard {shard.id} has neither a database nor a recovery log")
         return JSONFileStore(shard.folder, "checkpoint.json")
 
+    def txn_state(self, shard: Shard) -> list[Item]:
+        """The transaction's events, handled when it closes."""
+        return []
+
     def consume_message(self, shard: Shard, store: Any, envelope: Envelope,
                         publisher: Publisher) -> None:
-        self._txns.setdefault(shard.id, []).append(
-            Item(envelope.message, envelope.journal, envelope.begin))
+        shard.txn.append(Item(envelope.message, envelope.journal, envelope.begin))
 
     async def finalize_txn(self, shard: Shard, store: Any, publisher: Publisher) -> None:
-        items = self._txns.pop(shard.id, [])
+        items: list[Item] = shard.txn
         topic, _, part = shard.id.rpartition("/")
         handlers = self.group.handlers.get(topic, [])
         failures = _Failures(publisher, self.group.name, self.prefix)

@@ -91,14 +91,16 @@ class WordCount(Application):
     def __init__(self, directory: Path | str | None = None) -> None:
         folder = directory if directory is not None else os.environ.get("WORD_COUNT_DIR")
         self.directory = Path(folder) if folder else None
-        #: Per splitting shard: the words of its open transaction.
-        self._txn: dict[str, Counter[str]] = {}
 
     def new_store(self, shard: Shard) -> Store:
         if self.directory is None:
             return MemoryStore()
         self.directory.mkdir(parents=True, exist_ok=True)
         return JSONFileStore(self.directory / f"{shard.id.replace('/', '_')}.json")
+
+    def txn_state(self, shard: Shard) -> Counter[str]:
+        """The words of the open transaction (split shard)."""
+        return Counter()
 
     def consume_message(self, shard: Shard, store: Any, envelope: Envelope,
                         publisher: Publisher) -> None:
@@ -108,10 +110,10 @@ class WordCount(Application):
             if isinstance(word, str) and isinstance(n, int):
                 store.state[word] = store.state.get(word, 0) + n
         elif isinstance(text := msg.get("text"), str):
-            self._txn.setdefault(shard.id, Counter()).update(words(text))
+            shard.txn.update(words(text))
 
     def finalize_txn(self, shard: Shard, store: Any, publisher: Publisher) -> None:
-        for word, n in self._txn.pop(shard.id, Counter()).items():
+        for word, n in shard.txn.items():
             publisher.publish_uncommitted(delta_partition, JsonMessage(word=word, n=n))
 
     def register(self, services: AppServices) -> None:

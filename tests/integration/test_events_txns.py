@@ -1,0 +1,83 @@
+"""Events groups' transactions on a real broker, etcd and PostgreSQL: a transaction
+abandoned by a failed read is not handled twice when the shard runs again."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gazette.client import AppendQueue, JournalClient
+from gazette.consumer import Shard, ShardRunner
+from gazette.events import Event, Events, Kind, OnFailure, Topic
+from gazette.events.group import Group, GroupApp
+from gazette.events.handlers import Handler
+from gazette.message import Envelope, Publisher
+from gazette.protocol import ShardSource, ShardSpec
+from gazette_broker import BrokerServer
+from tests.fixtures.abandoned import (
+    HELD_OPEN,
+    flaky_reads,
+    read_fails_mid_txn,
+    run_through,
+)
+from tests.fixtures.etcd import EtcdServer
+from tests.fixtures.events import Order, committed_lines, new_events
+from tests.fixtures.postgres import PgDatabase
+
+pytestmark = pytest.mark.integration
+
+CLICKS = Topic("clicks", Order, partitions=1)
+PART, RETRIES = "events/clicks/part-000", "events/clicks/retry/g"
+
+
+@pytest.fixture
+async def client(broker_server: BrokerServer) -> AsyncIterator[JournalClient]:
+    async with JournalClient(broker_server.grpc_address) as c:
+        yield c
+
+
+class Watched(GroupApp):
+    """The group's application, counting the messages its transactions consumed."""
+
+    consumed = 0
+
+    def consume_message(self, shard: Shard, store: Any, envelope: Envelope,
+                        publisher: Publisher) -> None:
+        self.consumed += 1
+        super().consume_message(shard, store, envelope, publisher)
+
+
+async def test_a_transaction_abandoned_by_a_failed_read_is_handled_once(
+        broker_server: BrokerServer, etcd_server: EtcdServer, consumer_root: str,
+        pg_database: PgDatabase, client: JournalClient) -> None:
+    seen: list[int] = []
+
+    async def count(event: Event[Order]) -> None:
+        seen.append(event.payload.id)
+
+    async def flaky(event: Event[Order]) -> None:
+        if event.payload.id % 5 == 0:
+            raise RuntimeError("not now")
+
+    group = Group("g")
+    group.add(Handler("count", CLICKS, count, Kind.IDEMPOTENT))
+    group.add(Handler("flaky", CLICKS, flaky, Kind.IDEMPOTENT,
+                      on_failure=OnFailure.RETRY_LATER))
+    app = Watched(group, dsn=pg_database.dsn, prefix="events/")
+    producer: Events = new_events(broker_server, etcd_server, consumer_root)
+    async with producer, flaky_reads(broker_server.grpc_address) as (relay, flaky_client), \
+            AppendQueue(client) as out:
+        await producer.catalog.ensure_group(CLICKS, "g")
+        await producer.produce(CLICKS, *[Order(id=i, customer="c") for i in range(10)])
+        source = (ShardSource(PART),)
+        await read_fails_mid_txn(
+            ShardRunner(ShardSpec("clicks/part-000", source, **HELD_OPEN), app, flaky_client,
+                        out), relay, lambda: app.consumed == 10)
+        # The shard runs again here (as its member runs it after a transient failure).
+        await run_through(ShardRunner(ShardSpec("clicks/part-000", source), app, client, out),
+                          client, [PART])
+    assert sorted(seen) == list(range(10)), "events handled twice (or not at all)"
+    retried = [r["data"]["id"] for r in await committed_lines(client, RETRIES)]
+    assert sorted(retried) == [0, 5], "failures routed twice to the retry journal"
