@@ -3,10 +3,13 @@ for a reason that passes, and fatal to the process when it fails for one that do
 
 A task that ends with a *transient* error (etcd or a store unreachable, an I/O error) is
 started again after a jittered, growing delay, and each restart is counted in
-``gazette_task_restarts_total``. Any other error is a bug or a state the process cannot
-leave by itself: the supervisor records it as `failure`, sets `failed`, and the process
-owner stops with a non-zero exit (so Kubernetes restarts it), instead of serving
-half-alive with a task silently gone. A task that returns normally is done.
+``gazette_task_restarts_total``; a run that lasted `HEALTHY_SECONDS` before it failed
+starts the delay afresh (a task that ran well for an hour and then meets a blip is
+restarted at once, not after the longest delay its last outage reached). Any other
+error is a bug or a state the process cannot leave by itself: the supervisor records it
+as `failure`, sets `failed`, and the process owner stops with a non-zero exit (so
+Kubernetes restarts it), instead of serving half-alive with a task silently gone. A
+task that returns normally is done.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ TASK_FAILURES = Counter("gazette_task_failures_total",
                         "(the process stops)", ["task"])
 
 RESTART_INITIAL, RESTART_MAX = 0.2, 10.0
+#: A run this long before it failed was healthy: the next restart waits `RESTART_INITIAL`.
+HEALTHY_SECONDS = 10.0
 
 
 def await_chain(task: asyncio.Future[Any]) -> str:
@@ -119,14 +124,18 @@ class Supervisor:
 
     async def _run(self, name: str, kind: str, factory: Factory,
                    transient: tuple[type[BaseException], ...]) -> None:
+        loop = asyncio.get_running_loop()
         delay = RESTART_INITIAL
         try:
             while True:
+                started = loop.time()
                 try:
                     await factory()
                     return
                 except transient as err:
                     TASK_RESTARTS.labels(kind).inc()
+                    if loop.time() - started >= HEALTHY_SECONDS:
+                        delay = RESTART_INITIAL  # it ran well: this is a new outage
                     wait = delay * random.uniform(0.5, 1.5)
                     log.warning("%s failed (%s: %s); restarting it in %.1fs", name,
                                 type(err).__name__, err, wait)

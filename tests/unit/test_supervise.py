@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import REGISTRY
 
+from gazette import supervise
 from gazette.keyspace import EtcdError
 from gazette.supervise import Supervisor, TaskFailed, await_chain, cancel_and_wait
 
@@ -36,6 +37,43 @@ async def test_a_transient_failure_restarts_the_task() -> None:
     assert "flaky" in supervisor and not supervisor.failed.is_set()
     await supervisor.close()
     assert len(supervisor) == 0
+
+
+async def test_a_healthy_run_starts_the_restart_delay_afresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34, item 18: the delay grew while a task kept failing; once it then ran
+    healthily, its next failure is restarted after the first delay again, not the
+    longest one."""
+    monkeypatch.setattr(supervise, "RESTART_INITIAL", 0.02)
+    monkeypatch.setattr(supervise, "RESTART_MAX", 0.5)
+    monkeypatch.setattr(supervise, "HEALTHY_SECONDS", 0.3, raising=False)
+    supervisor = Supervisor(transient=(EtcdError,))
+    loop = asyncio.get_running_loop()
+    started: list[float] = []  # when each run began
+    failed: list[float] = []  # when each run failed
+    done = asyncio.Event()
+
+    async def task() -> None:
+        started.append(loop.time())
+        if len(started) == 8:
+            done.set()
+            await asyncio.Event().wait()
+        if len(started) == 7:
+            # A healthy run (the task's own work, not a wait of the test's).
+            await asyncio.sleep(0.4)
+        failed.append(loop.time())
+        raise EtcdError("etcd went away")
+
+    supervisor.spawn("flaky", task)
+    try:
+        await asyncio.wait_for(done.wait(), 20)
+    finally:
+        await supervisor.close()
+    delays = [s - f for f, s in zip(failed, started[1:], strict=True)]
+    # Six quick failures grew the delay to RESTART_MAX (jittered: at least half of it).
+    assert delays[5] >= 0.25, delays
+    # The failure after the healthy run waited the first delay (at most 1.5 x 0.02 s).
+    assert delays[6] < 0.15, delays
 
 
 async def test_any_other_failure_is_fatal_and_said_so() -> None:
