@@ -1,11 +1,13 @@
 """Events groups' transactions on a real broker, etcd and PostgreSQL: a transaction
-abandoned by a failed read is not handled twice when the shard runs again."""
+abandoned by a failed read is not handled twice when the shard runs again; an event id
+twice in one batch runs once."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from gazette.client import AppendQueue, JournalClient
@@ -24,6 +26,7 @@ from tests.fixtures.abandoned import (
 )
 from tests.fixtures.etcd import EtcdServer
 from tests.fixtures.events import Order, committed_lines, new_events
+from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import PgDatabase
 
 pytestmark = pytest.mark.integration
@@ -81,3 +84,32 @@ async def test_a_transaction_abandoned_by_a_failed_read_is_handled_once(
     assert sorted(seen) == list(range(10)), "events handled twice (or not at all)"
     retried = [r["data"]["id"] for r in await committed_lines(client, RETRIES)]
     assert sorted(retried) == [0, 5], "failures routed twice to the retry journal"
+
+
+async def test_an_event_id_twice_in_one_batch_runs_once(
+        broker_server: BrokerServer, etcd_server: EtcdServer, consumer_root: str,
+        pg_database: PgDatabase) -> None:
+    calls: list[list[str]] = []
+
+    async def apply(tx: Any, batch: list[Event[Order]]) -> None:
+        calls.append([e.id for e in batch])
+        await tx.execute("INSERT INTO effects SELECT unnest(%s::text[])", ([e.id for e in batch],))
+
+    async with await psycopg.AsyncConnection.connect(pg_database.dsn, autocommit=True) as c:
+        await c.execute("CREATE TABLE effects (event_id TEXT NOT NULL)")
+    ids = ["a", "b", "a", "c", "b", "a"]  # re-produced with the same ids, one append
+    producer = new_events(broker_server, etcd_server, consumer_root)
+    async with producer:
+        await producer.produce(CLICKS, *[Order(id=i, customer="c") for i in range(6)],
+                               event_ids=ids)
+    events = new_events(broker_server, etcd_server, consumer_root, dsn=pg_database.dsn)
+    events.exactly_once("dups", CLICKS, apply, batch_size=10)
+    async with events:  # every event is there already: one transaction, one batch
+        await events.produce(CLICKS, Order(id=9, customer="c"), event_ids=["last"])
+        await eventually(lambda: any("last" in c for c in calls), "the last event handled",
+                         timeout=30)
+    # Each id's first copy, in order (one partition).
+    assert [i for c in calls for i in c] == ["a", "b", "c", "last"]
+    async with await psycopg.AsyncConnection.connect(pg_database.dsn) as c:
+        cur = await c.execute("SELECT event_id, count(*) FROM effects GROUP BY event_id")
+        assert dict(await cur.fetchall()) == {"a": 1, "b": 1, "c": 1, "last": 1}

@@ -181,11 +181,11 @@ async def _run(group: str, handler: Handler, batch: list[tuple[Item, Event[Any]]
         if tx is not None:
             await tx.begin()
             try:
-                fresh = await tx.fresh(handler, [ev.id for ev in evs])
+                fresh = await tx.fresh(handler, list(dict.fromkeys(ev.id for ev in evs)))
                 if len(fresh) < len(evs):
                     metrics.SKIPPED.labels(group, handler.topic.name, handler.name).inc(
                         len(evs) - len(fresh))
-                    evs = [ev for ev in evs if ev.id in fresh]
+                    evs = _first_of_each(evs, fresh)
                 if evs:
                     await _call(group, handler, evs, tx.connection)
             except BaseException:
@@ -201,6 +201,17 @@ async def _run(group: str, handler: Handler, batch: list[tuple[Item, Event[Any]]
     except (Exception, TimeoutError) as err:  # noqa: BLE001 - every failure has a policy
         await _failed(group, handler, [item for item, _ in batch], err, failures,
                       retry=attempt, stopping=stopping)
+
+
+def _first_of_each(evs: list[Event[Any]], fresh: set[str]) -> list[Event[Any]]:
+    """The events whose ids are `fresh`, each id once (its first copy: a re-sent event
+    may share a batch with the original)."""
+    out = []
+    for ev in evs:
+        if ev.id in fresh:
+            fresh.discard(ev.id)
+            out.append(ev)
+    return out
 
 
 async def _call(group: str, handler: Handler, evs: list[Event[Any]], conn: Any) -> None:
