@@ -18,7 +18,14 @@ from gazette.events import metrics
 from gazette.events.catalog import Catalog
 from gazette.events.handlers import Handler, Item, dispatch
 from gazette.events.topic import Topic
-from gazette.message import Envelope, Sequencer, framing_for, read_committed, read_uncommitted
+from gazette.message import (
+    Envelope,
+    ProducerState,
+    Sequencer,
+    drain,
+    framing_for,
+    read_uncommitted,
+)
 
 log = logging.getLogger("gazette.events")
 
@@ -94,10 +101,13 @@ class Broadcaster:
         self._readers.clear()
 
     async def _read(self, topic: Topic[Any], journal: str, started: asyncio.Event) -> None:
-        """Read `journal` from its write head for ever, restarting after failures where
-        it stopped."""
+        """Read `journal` from its write head for ever, restarting after failures from
+        where the last whole batch left off: its end, and the Sequencer's producer
+        states then (as a shard's checkpoint has them), so that messages a producer had
+        pending before that point are delivered at their ACK, and nothing twice."""
         framing = framing_for("application/x-ndjson")
         offset = -1
+        states: list[ProducerState] = []
         delay = RESTART_INITIAL
         while True:
             try:
@@ -105,15 +115,17 @@ class Broadcaster:
                     async with asyncio.timeout(30):
                         offset = await self.client.write_head(journal)
                     started.set()
-                sequencer = Sequencer()
+                sequencer = Sequencer(states)
+                replay = self._replay(journal)
                 async with contextlib.aclosing(
                         self.client.read(journal, offset, block=True)) as chunks:
-                    async for batch in read_committed(
-                            read_uncommitted(journal, self._contents(journal, chunks), framing,
-                                             offset),
-                            sequencer, self._replay(journal)):
-                        await self._deliver(topic, batch)
-                        offset = batch[-1].end
+                    async for batch in read_uncommitted(
+                            journal, self._contents(journal, chunks), framing, offset):
+                        sequencer.queue_all(batch)
+                        committed = await drain(sequencer, replay)
+                        if committed:
+                            await self._deliver(topic, committed)
+                        offset, states = batch[-1].end, sequencer.producer_states()
                         delay = RESTART_INITIAL
             except asyncio.CancelledError:
                 raise
