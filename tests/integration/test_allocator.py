@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gazette.allocator import Allocator, Assignment, read_state
-from gazette.keyspace import Etcd, KeySpace, Layout, Lease
+from gazette.keyspace import Etcd, KeySpace, Layout, Lease, TxnConflict
 from gazette.keyspace.specs import Decoder, apply_changes, encode_broker
 from gazette.protocol import MemberSpec, ProcessId
 from gazette.protocol.trees import journal_changes_from_yaml
@@ -186,3 +186,29 @@ async def test_an_exiting_member_is_drained_once_items_are_consistent(
     await cluster.put_member(a.id, a.lease, 100)  # a keyspace change wakes the leader
     await cluster.until(lambda: not any(b.id in ms for ms in cluster.assignments().values()))
     assert placed_well(cluster.assignments(), {a.id, c.id})
+
+
+async def test_a_lease_expiring_before_the_commit_is_a_conflict(
+        etcd: Etcd, etcd_prefix: str) -> None:
+    """Issue 34, item 18: a member's lease expires between the leader's read and its
+    commit (the assignments it writes name that lease): a conflict, re-planned from the
+    revision where the member is gone, not an error that restarts the allocator."""
+    layout = Layout(etcd_prefix)
+    await apply_changes(etcd, layout, journal_changes_from_yaml(SPECS))
+    leases = [await Lease.grant(etcd, 30) for _ in range(2)]
+    ids = [ProcessId("z1", "a"), ProcessId("z2", "b")]
+    for pid, lease in zip(ids, leases, strict=True):
+        spec = MemberSpec(pid, f"http://{pid.suffix}.test:8080", 100)
+        await etcd.put(layout.member_key(pid.zone, pid.suffix), encode_broker(spec),
+                       lease=lease.id)
+    # The leader's view, read before b's lease ends (loaded once: it does not follow).
+    keyspace: KeySpace[Any] = KeySpace(etcd, layout.root + "/", Decoder(layout))
+    await keyspace.load()
+    assert len(keyspace.prefixed(layout.members)) == 2
+    gone = await etcd.put(f"{etcd_prefix}-mark", b"")  # a revision before b's end
+    await etcd.lease_revoke(leases[1].id)
+    allocator = Allocator(etcd, keyspace, layout, ids[0])
+    with pytest.raises(TxnConflict, match="lease") as err:
+        await allocator.converge()
+    assert err.value.revision > gone  # b's keys are gone there: re-plan from it
+    await etcd.lease_revoke(leases[0].id)

@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from gazette.allocator import Assignment, IsConsistent, route_consistent
-from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Txn
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Txn, TxnConflict
 from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,8 @@ class StatusWriter:
             try:
                 await self._write(batch)
                 delay = 0.1
-            except (EtcdError, TimeoutError) as err:
+            except (EtcdError, TxnConflict, TimeoutError) as err:
+                # (a conflict: this member's lease is gone; the member stops anyway)
                 STATUS_WRITE_ERRORS.inc()
                 log.warning("writing %d replica statuses failed (retried in %.1f s): %s",
                             len(batch), delay, err or "timed out")

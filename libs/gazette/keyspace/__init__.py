@@ -1,6 +1,6 @@
 """etcd: the client, mirrored keyspaces, revision-guarded transactions and leases."""
 
-from gazette.keyspace.etcd import Etcd, EtcdError, Event, KeyValue, RangeResult
+from gazette.keyspace.etcd import Etcd, EtcdError, Event, KeyValue, LeaseNotFound, RangeResult
 from gazette.keyspace.keyspace import Entry, KeySpace
 from gazette.keyspace.layout import BROKER_ROOT, CONSUMER_ROOT, Layout
 from gazette.keyspace.lease import Lease, LeaseLost
@@ -28,6 +28,7 @@ __all__ = [
     "Layout",
     "Lease",
     "LeaseLost",
+    "LeaseNotFound",
     "RangeResult",
     "Txn",
     "TxnConflict",

@@ -42,6 +42,10 @@ class EtcdError(GazetteError):
     """etcd could not be reached or refused a request."""
 
 
+class LeaseNotFound(EtcdError):
+    """etcd refused a write under a lease it no longer has (expired or revoked)."""
+
+
 #: What a broken etcd stream raises: an RPC error, or (writing to a call that already
 #: ended) InvalidStateError. Loops that re-open streams retry on these.
 STREAM_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, EtcdError)
@@ -148,7 +152,9 @@ class Etcd:
         try:
             return await method(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise EtcdError(f"etcd {self.endpoint}: {exc.code().name}: {exc.details()}") from exc
+            error = LeaseNotFound if exc.code() == grpc.StatusCode.NOT_FOUND and \
+                "lease not found" in (exc.details() or "") else EtcdError
+            raise error(f"etcd {self.endpoint}: {exc.code().name}: {exc.details()}") from exc
 
     # -- keys --
 
@@ -167,6 +173,11 @@ class Etcd:
             if not resp.more or not resp.kvs:
                 return RangeResult(revision, kvs)
             key = resp.kvs[-1].key + b"\0"
+
+    async def revision(self) -> int:
+        """etcd's current revision (a count-only read of one key)."""
+        resp = await self._call(self._kv.Range, rpc.RangeRequest(key=b"\0", count_only=True))
+        return int(resp.header.revision)
 
     async def get(self, key: str) -> tuple[int, KeyValue | None]:
         """The header revision and the key (None if absent)."""

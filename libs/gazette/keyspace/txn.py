@@ -3,7 +3,9 @@
 A writer reads a key at some mod revision, decides, and writes only if the key is still at
 that revision (0 meaning "must not exist"). When another writer got there first, the
 transaction fails cleanly with `TxnConflict`, which names each stale key with the
-revision it expected and the one it found.
+revision it expected and the one it found. A put under a lease that has just expired (a
+member that died since the writer read its key) is a conflict too: the writer's view was
+stale, and the keys of that lease are gone at the conflict's revision.
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ from typing import Any
 from aetcd import rpc
 
 from gazette.errors import GazetteError
-from gazette.keyspace.etcd import Etcd, KeyValue
+from gazette.keyspace.etcd import Etcd, KeyValue, LeaseNotFound
 
 
 class TxnConflict(GazetteError):
-    """A compared key was not at the expected mod revision; nothing was written."""
+    """A compared key was not at the expected mod revision, or a lease a put names no
+    longer exists; nothing was written. By `revision` etcd had the change that made the
+    writer's view stale."""
 
-    def __init__(self, stale: list[tuple[str, int, int]], revision: int) -> None:
+    def __init__(self, stale: list[tuple[str, int, int]], revision: int,
+                 why: str = "") -> None:
         self.stale = stale  # (key, expected mod revision, actual mod revision; 0 = absent)
         self.revision = revision
-        detail = "; ".join(
+        detail = why or "; ".join(
             f"{key}: expected {'absent' if want == 0 else f'mod revision {want}'}, "
             f"found {'absent' if got == 0 else f'mod revision {got}'}"
             for key, want, got in stale
@@ -73,7 +78,13 @@ class Txn:
         # On failure, read the compared keys back so the error can say what changed.
         failure = [rpc.RequestOp(request_range=rpc.RangeRequest(key=key.encode()))
                    for key in self._expected]
-        resp = await etcd.txn(compares, self._ops, failure)
+        try:
+            resp = await etcd.txn(compares, self._ops, failure)
+        except LeaseNotFound as err:
+            # Expired or revoked since the writer read its keys: they are gone by now.
+            raise TxnConflict([], await etcd.revision(),
+                              f"a lease one of its puts names no longer exists ({err})"
+                              ) from err
         revision = int(resp.header.revision)
         if resp.succeeded:
             return TxnResult(revision)
