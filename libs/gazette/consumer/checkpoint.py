@@ -40,6 +40,7 @@ class Checkpoint:
             entry.id = st.producer.to_bytes(6, "big")
             entry.state.last_ack = st.last_ack
             entry.state.begin = st.begin
+            entry.state.last_seen = st.last_seen
         for journal, data in self.ack_intents.items():
             out.ack_intents[journal] = data
         return out
@@ -61,7 +62,8 @@ class Checkpoint:
                     raise ValidationError(f"checkpoint.sources[{journal}].producers.id",
                                           f"expected 6 bytes, got {len(entry.id)}")
                 producers.append(ProducerState(journal, int.from_bytes(entry.id, "big"),
-                                               entry.state.last_ack, entry.state.begin))
+                                               entry.state.last_ack, entry.state.begin,
+                                               entry.state.last_seen))
         return cls(sources, producers, dict(msg.ack_intents))
 
     @classmethod

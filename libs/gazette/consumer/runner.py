@@ -89,6 +89,12 @@ LAG_BYTES = Gauge("gazette_consumer_lag_bytes",
 #: Batches (each up to about a read chunk of messages) read ahead per shard.
 READ_AHEAD_BATCHES = 8
 
+#: Seconds a producer may be silent, behind the newest producer of its journal, before
+#: a shard's checkpoint (and Sequencer) forgets it, as Gazette's do: every restart of a
+#: publisher makes a new producer id, and the old one's state would be kept for ever.
+#: A forgotten producer's messages, if any came, would be read as a new producer's.
+PRUNE_HORIZON = 24 * 3600.0
+
 Batch = tuple[str, list[Envelope]]
 
 
@@ -380,7 +386,8 @@ class ShardRunner:
             TXN_MESSAGES.observe(count)
             MESSAGES.inc(count)
             intents = publisher.build_ack_intents()
-            checkpoint = Checkpoint.of(offsets, sequencer.producer_states(), intents)
+            checkpoint = Checkpoint.of(offsets, sequencer.producer_states(PRUNE_HORIZON),
+                                       intents)
             if previous is not None:
                 await previous  # its commit and ACKs: a failure is raised here
             log.debug("shard %s: transaction of %d messages closes through %s", shard.id,

@@ -42,13 +42,16 @@ def _clock(u: int) -> int:
 @dataclass(slots=True)
 class ProducerState:
     """What a Sequencer must remember of a producer across a restart (checkpointed with
-    consumer transactions): the clock of its last ACK_TXN or OUTSIDE_TXN message, and the
-    offset of its first pending (CONTINUE_TXN) message, or -1 if none is pending."""
+    consumer transactions): the clock of its last ACK_TXN or OUTSIDE_TXN message, the
+    offset of its first pending (CONTINUE_TXN) message, or -1 if none is pending, and
+    the clock of the last message read from it (0: `last_ack`), which prunes it once it
+    has been silent for long."""
 
     journal: str
     producer: int
     last_ack: int
     begin: int = -1
+    last_seen: int = 0
 
 
 class ReplayRequired(GazetteError):
@@ -106,7 +109,9 @@ class Sequencer:
         self._partials: dict[tuple[str, int], _Partial] = {}
         self._work: collections.deque[Envelope | _Replay] = collections.deque()
         for st in states:
-            self._partials[(st.journal, st.producer)] = _Partial(st.last_ack, st.begin)
+            partial = self._partials[(st.journal, st.producer)] = _Partial(st.last_ack,
+                                                                           st.begin)
+            partial.last_seen = max(st.last_seen, st.last_ack)
         #: Counters, for metrics and tests.
         self.duplicates = 0
         self.rolled_back = 0
@@ -338,7 +343,9 @@ class Sequencer:
     def producer_states(self, prune_horizon: float = 0.0) -> list[ProducerState]:
         """A snapshot of every producer's state, to checkpoint. Producers whose last
         message is older than `prune_horizon` seconds before their journal's newest
-        producer are forgotten (0: keep all). Only when nothing waits to be dequeued."""
+        producer's are forgotten, here too (0: keep all): a producer restarts with a
+        new id, and the old one's state would be kept for ever. Only when nothing waits
+        to be dequeued."""
         if self._work:
             raise RuntimeError("producer_states while committed messages wait to dequeue")
         if prune_horizon > 0:
@@ -352,5 +359,6 @@ class Sequencer:
         for (journal, producer), p in self._partials.items():
             begin = p.restored_begin if p.restored_begin >= 0 else (
                 p.pending[0][2] if p.pending else -1)
-            states.append(ProducerState(journal, producer, p.last_ack, begin))
+            states.append(ProducerState(journal, producer, p.last_ack, begin,
+                                        p.last_seen if p.last_seen > p.last_ack else 0))
         return states

@@ -27,7 +27,7 @@ from gazette.pb import recoverylog_pb2 as gazette_dot_pb_dot_recoverylog__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gazette/pb/consumer.proto\x12\x10gazette.consumer\x1a\x17gazette/pb/broker.proto\x1a\x1cgazette/pb/recoverylog.proto\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x03\n\tShardSpec\x12\n\n\x02id\x18\x01 \x01(\t\x12\x33\n\x07sources\x18\x02 \x03(\x0b\x32\".gazette.consumer.ShardSpec.Source\x12\x1b\n\x13recovery_log_prefix\x18\x03 \x01(\t\x12\x13\n\x0bhint_prefix\x18\x04 \x01(\t\x12\x14\n\x0chint_backups\x18\x05 \x01(\x05\x12\x33\n\x10max_txn_duration\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x10min_txn_duration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x64isable\x18\x08 \x01(\x08\x12\x14\n\x0chot_standbys\x18\t \x01(\x05\x12(\n\x06labels\x18\n \x01(\x0b\x32\x18.gazette.broker.LabelSet\x12\x1c\n\x14\x64isable_wait_for_ack\x18\x0b \x01(\x08\x12\x18\n\x10ring_buffer_size\x18\x0c \x01(\x05\x12\x19\n\x11read_channel_size\x18\r \x01(\x05\x1a-\n\x06Source\x12\x0f\n\x07journal\x18\x01 \x01(\t\x12\x12\n\nmin_offset\x18\x02 \x01(\x03\"V\n\x0c\x43onsumerSpec\x12\x31\n\x0cprocess_spec\x18\x01 \x01(\x0b\x32\x1b.gazette.broker.ProcessSpec\x12\x13\n\x0bshard_limit\x18\x02 \x01(\x05\"\xc9\x01\n\rReplicaStatus\x12\x32\n\x04\x63ode\x18\x01 \x01(\x0e\x32$.gazette.consumer.ReplicaStatus.Code\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x14\n\x0cplayed_bytes\x18\x03 \x01(\x03\x12\x15\n\rto_play_bytes\x18\x04 \x01(\x03\"G\n\x04\x43ode\x12\x08\n\x04IDLE\x10\x00\x12\x0c\n\x08\x42\x41\x43KFILL\x10\x64\x12\x0c\n\x07STANDBY\x10\xc8\x01\x12\x0c\n\x07PRIMARY\x10\xac\x02\x12\x0b\n\x06\x46\x41ILED\x10\x90\x03\"\x84\x04\n\nCheckpoint\x12:\n\x07sources\x18\x01 \x03(\x0b\x32).gazette.consumer.Checkpoint.SourcesEntry\x12\x41\n\x0b\x61\x63k_intents\x18\x02 \x03(\x0b\x32,.gazette.consumer.Checkpoint.AckIntentsEntry\x1a\x30\n\rProducerState\x12\x10\n\x08last_ack\x18\x01 \x01(\x03\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x1a\xbc\x01\n\x06Source\x12\x14\n\x0cread_through\x18\x01 \x01(\x03\x12\x44\n\tproducers\x18\x02 \x03(\x0b\x32\x31.gazette.consumer.Checkpoint.Source.ProducerEntry\x1aV\n\rProducerEntry\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x39\n\x05state\x18\x02 \x01(\x0b\x32*.gazette.consumer.Checkpoint.ProducerState\x1aS\n\x0cSourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.gazette.consumer.Checkpoint.Source:\x02\x38\x01\x1a\x31\n\x0f\x41\x63kIntentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"\xbe\x01\n\x0bStatRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.gazette.broker.Header\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x44\n\x0cread_through\x18\x03 \x03(\x0b\x32..gazette.consumer.StatRequest.ReadThroughEntry\x1a\x32\n\x10ReadThroughEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xd0\x02\n\x0cStatResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\x12\x45\n\x0cread_through\x18\x03 \x03(\x0b\x32/.gazette.consumer.StatResponse.ReadThroughEntry\x12\x41\n\npublish_at\x18\x04 \x03(\x0b\x32-.gazette.consumer.StatResponse.PublishAtEntry\x1a\x32\n\x10ReadThroughEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x30\n\x0ePublishAtEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\">\n\x0bListRequest\x12/\n\x08selector\x18\x01 \x01(\x0b\x32\x1d.gazette.broker.LabelSelector\"\xd1\x02\n\x0cListResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\x12\x34\n\x06shards\x18\x03 \x03(\x0b\x32$.gazette.consumer.ListResponse.Shard\x1a\xb8\x01\n\x05Shard\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.gazette.consumer.ShardSpec\x12\x14\n\x0cmod_revision\x18\x02 \x01(\x03\x12\x17\n\x0f\x63reate_revision\x18\x03 \x01(\x03\x12$\n\x05route\x18\x04 \x01(\x0b\x32\x15.gazette.broker.Route\x12/\n\x06status\x18\x05 \x03(\x0b\x32\x1f.gazette.consumer.ReplicaStatus\"\xb8\x01\n\x0c\x41pplyRequest\x12\x36\n\x07\x63hanges\x18\x01 \x03(\x0b\x32%.gazette.consumer.ApplyRequest.Change\x1ap\n\x06\x43hange\x12\x1b\n\x13\x65xpect_mod_revision\x18\x01 \x01(\x03\x12-\n\x06upsert\x18\x02 \x01(\x0b\x32\x1b.gazette.consumer.ShardSpecH\x00\x12\x10\n\x06\x64\x65lete\x18\x03 \x01(\tH\x00\x42\x08\n\x06\x63hange\"a\n\rApplyResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\"H\n\x0fGetHintsRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.gazette.broker.Header\x12\r\n\x05shard\x18\x02 \x01(\t\"\xb4\x02\n\x10GetHintsResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\x12G\n\rprimary_hints\x18\x03 \x01(\x0b\x32\x30.gazette.consumer.GetHintsResponse.ResponseHints\x12\x46\n\x0c\x62\x61\x63kup_hints\x18\x04 \x03(\x0b\x32\x30.gazette.consumer.GetHintsResponse.ResponseHints\x1a=\n\rResponseHints\x12,\n\x05hints\x18\x01 \x01(\x0b\x32\x1d.gazette.recoverylog.FSMHints\"G\n\x0fUnassignRequest\x12\x0e\n\x06shards\x18\x01 \x03(\t\x12\x13\n\x0bonly_failed\x18\x02 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"L\n\x10UnassignResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12\x0e\n\x06shards\x18\x02 \x03(\t*\x82\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\x13\n\x0fSHARD_NOT_FOUND\x10\x01\x12\x14\n\x10NO_SHARD_PRIMARY\x10\x02\x12\x15\n\x11NOT_SHARD_PRIMARY\x10\x03\x12\x1b\n\x17\x45TCD_TRANSACTION_FAILED\x10\x04\x12\x11\n\rSHARD_STOPPED\x10\x05\x32\x85\x03\n\x05Shard\x12\x45\n\x04Stat\x12\x1d.gazette.consumer.StatRequest\x1a\x1e.gazette.consumer.StatResponse\x12\x45\n\x04List\x12\x1d.gazette.consumer.ListRequest\x1a\x1e.gazette.consumer.ListResponse\x12H\n\x05\x41pply\x12\x1e.gazette.consumer.ApplyRequest\x1a\x1f.gazette.consumer.ApplyResponse\x12Q\n\x08GetHints\x12!.gazette.consumer.GetHintsRequest\x1a\".gazette.consumer.GetHintsResponse\x12Q\n\x08Unassign\x12!.gazette.consumer.UnassignRequest\x1a\".gazette.consumer.UnassignResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gazette/pb/consumer.proto\x12\x10gazette.consumer\x1a\x17gazette/pb/broker.proto\x1a\x1cgazette/pb/recoverylog.proto\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x03\n\tShardSpec\x12\n\n\x02id\x18\x01 \x01(\t\x12\x33\n\x07sources\x18\x02 \x03(\x0b\x32\".gazette.consumer.ShardSpec.Source\x12\x1b\n\x13recovery_log_prefix\x18\x03 \x01(\t\x12\x13\n\x0bhint_prefix\x18\x04 \x01(\t\x12\x14\n\x0chint_backups\x18\x05 \x01(\x05\x12\x33\n\x10max_txn_duration\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x10min_txn_duration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x64isable\x18\x08 \x01(\x08\x12\x14\n\x0chot_standbys\x18\t \x01(\x05\x12(\n\x06labels\x18\n \x01(\x0b\x32\x18.gazette.broker.LabelSet\x12\x1c\n\x14\x64isable_wait_for_ack\x18\x0b \x01(\x08\x12\x18\n\x10ring_buffer_size\x18\x0c \x01(\x05\x12\x19\n\x11read_channel_size\x18\r \x01(\x05\x1a-\n\x06Source\x12\x0f\n\x07journal\x18\x01 \x01(\t\x12\x12\n\nmin_offset\x18\x02 \x01(\x03\"V\n\x0c\x43onsumerSpec\x12\x31\n\x0cprocess_spec\x18\x01 \x01(\x0b\x32\x1b.gazette.broker.ProcessSpec\x12\x13\n\x0bshard_limit\x18\x02 \x01(\x05\"\xc9\x01\n\rReplicaStatus\x12\x32\n\x04\x63ode\x18\x01 \x01(\x0e\x32$.gazette.consumer.ReplicaStatus.Code\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x14\n\x0cplayed_bytes\x18\x03 \x01(\x03\x12\x15\n\rto_play_bytes\x18\x04 \x01(\x03\"G\n\x04\x43ode\x12\x08\n\x04IDLE\x10\x00\x12\x0c\n\x08\x42\x41\x43KFILL\x10\x64\x12\x0c\n\x07STANDBY\x10\xc8\x01\x12\x0c\n\x07PRIMARY\x10\xac\x02\x12\x0b\n\x06\x46\x41ILED\x10\x90\x03\"\x97\x04\n\nCheckpoint\x12:\n\x07sources\x18\x01 \x03(\x0b\x32).gazette.consumer.Checkpoint.SourcesEntry\x12\x41\n\x0b\x61\x63k_intents\x18\x02 \x03(\x0b\x32,.gazette.consumer.Checkpoint.AckIntentsEntry\x1a\x43\n\rProducerState\x12\x10\n\x08last_ack\x18\x01 \x01(\x03\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x11\n\tlast_seen\x18\x03 \x01(\x03\x1a\xbc\x01\n\x06Source\x12\x14\n\x0cread_through\x18\x01 \x01(\x03\x12\x44\n\tproducers\x18\x02 \x03(\x0b\x32\x31.gazette.consumer.Checkpoint.Source.ProducerEntry\x1aV\n\rProducerEntry\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x39\n\x05state\x18\x02 \x01(\x0b\x32*.gazette.consumer.Checkpoint.ProducerState\x1aS\n\x0cSourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.gazette.consumer.Checkpoint.Source:\x02\x38\x01\x1a\x31\n\x0f\x41\x63kIntentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"\xbe\x01\n\x0bStatRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.gazette.broker.Header\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x44\n\x0cread_through\x18\x03 \x03(\x0b\x32..gazette.consumer.StatRequest.ReadThroughEntry\x1a\x32\n\x10ReadThroughEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xd0\x02\n\x0cStatResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\x12\x45\n\x0cread_through\x18\x03 \x03(\x0b\x32/.gazette.consumer.StatResponse.ReadThroughEntry\x12\x41\n\npublish_at\x18\x04 \x03(\x0b\x32-.gazette.consumer.StatResponse.PublishAtEntry\x1a\x32\n\x10ReadThroughEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x30\n\x0ePublishAtEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\">\n\x0bListRequest\x12/\n\x08selector\x18\x01 \x01(\x0b\x32\x1d.gazette.broker.LabelSelector\"\xd1\x02\n\x0cListResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\x12\x34\n\x06shards\x18\x03 \x03(\x0b\x32$.gazette.consumer.ListResponse.Shard\x1a\xb8\x01\n\x05Shard\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.gazette.consumer.ShardSpec\x12\x14\n\x0cmod_revision\x18\x02 \x01(\x03\x12\x17\n\x0f\x63reate_revision\x18\x03 \x01(\x03\x12$\n\x05route\x18\x04 \x01(\x0b\x32\x15.gazette.broker.Route\x12/\n\x06status\x18\x05 \x03(\x0b\x32\x1f.gazette.consumer.ReplicaStatus\"\xb8\x01\n\x0c\x41pplyRequest\x12\x36\n\x07\x63hanges\x18\x01 \x03(\x0b\x32%.gazette.consumer.ApplyRequest.Change\x1ap\n\x06\x43hange\x12\x1b\n\x13\x65xpect_mod_revision\x18\x01 \x01(\x03\x12-\n\x06upsert\x18\x02 \x01(\x0b\x32\x1b.gazette.consumer.ShardSpecH\x00\x12\x10\n\x06\x64\x65lete\x18\x03 \x01(\tH\x00\x42\x08\n\x06\x63hange\"a\n\rApplyResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\"H\n\x0fGetHintsRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.gazette.broker.Header\x12\r\n\x05shard\x18\x02 \x01(\t\"\xb4\x02\n\x10GetHintsResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12&\n\x06header\x18\x02 \x01(\x0b\x32\x16.gazette.broker.Header\x12G\n\rprimary_hints\x18\x03 \x01(\x0b\x32\x30.gazette.consumer.GetHintsResponse.ResponseHints\x12\x46\n\x0c\x62\x61\x63kup_hints\x18\x04 \x03(\x0b\x32\x30.gazette.consumer.GetHintsResponse.ResponseHints\x1a=\n\rResponseHints\x12,\n\x05hints\x18\x01 \x01(\x0b\x32\x1d.gazette.recoverylog.FSMHints\"G\n\x0fUnassignRequest\x12\x0e\n\x06shards\x18\x01 \x03(\t\x12\x13\n\x0bonly_failed\x18\x02 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"L\n\x10UnassignResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.gazette.consumer.Status\x12\x0e\n\x06shards\x18\x02 \x03(\t*\x82\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\x13\n\x0fSHARD_NOT_FOUND\x10\x01\x12\x14\n\x10NO_SHARD_PRIMARY\x10\x02\x12\x15\n\x11NOT_SHARD_PRIMARY\x10\x03\x12\x1b\n\x17\x45TCD_TRANSACTION_FAILED\x10\x04\x12\x11\n\rSHARD_STOPPED\x10\x05\x32\x85\x03\n\x05Shard\x12\x45\n\x04Stat\x12\x1d.gazette.consumer.StatRequest\x1a\x1e.gazette.consumer.StatResponse\x12\x45\n\x04List\x12\x1d.gazette.consumer.ListRequest\x1a\x1e.gazette.consumer.ListResponse\x12H\n\x05\x41pply\x12\x1e.gazette.consumer.ApplyRequest\x1a\x1f.gazette.consumer.ApplyResponse\x12Q\n\x08GetHints\x12!.gazette.consumer.GetHintsRequest\x1a\".gazette.consumer.GetHintsResponse\x12Q\n\x08Unassign\x12!.gazette.consumer.UnassignRequest\x1a\".gazette.consumer.UnassignResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,8 +44,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATRESPONSE_READTHROUGHENTRY']._serialized_options = b'8\001'
   _globals['_STATRESPONSE_PUBLISHATENTRY']._loaded_options = None
   _globals['_STATRESPONSE_PUBLISHATENTRY']._serialized_options = b'8\001'
-  _globals['_STATUS']._serialized_start=3172
-  _globals['_STATUS']._serialized_end=3302
+  _globals['_STATUS']._serialized_start=3191
+  _globals['_STATUS']._serialized_end=3321
   _globals['_SHARDSPEC']._serialized_start=135
   _globals['_SHARDSPEC']._serialized_end=600
   _globals['_SHARDSPEC_SOURCE']._serialized_start=555
@@ -57,49 +57,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPLICASTATUS_CODE']._serialized_start=821
   _globals['_REPLICASTATUS_CODE']._serialized_end=892
   _globals['_CHECKPOINT']._serialized_start=895
-  _globals['_CHECKPOINT']._serialized_end=1411
+  _globals['_CHECKPOINT']._serialized_end=1430
   _globals['_CHECKPOINT_PRODUCERSTATE']._serialized_start=1036
-  _globals['_CHECKPOINT_PRODUCERSTATE']._serialized_end=1084
-  _globals['_CHECKPOINT_SOURCE']._serialized_start=1087
-  _globals['_CHECKPOINT_SOURCE']._serialized_end=1275
-  _globals['_CHECKPOINT_SOURCE_PRODUCERENTRY']._serialized_start=1189
-  _globals['_CHECKPOINT_SOURCE_PRODUCERENTRY']._serialized_end=1275
-  _globals['_CHECKPOINT_SOURCESENTRY']._serialized_start=1277
-  _globals['_CHECKPOINT_SOURCESENTRY']._serialized_end=1360
-  _globals['_CHECKPOINT_ACKINTENTSENTRY']._serialized_start=1362
-  _globals['_CHECKPOINT_ACKINTENTSENTRY']._serialized_end=1411
-  _globals['_STATREQUEST']._serialized_start=1414
-  _globals['_STATREQUEST']._serialized_end=1604
-  _globals['_STATREQUEST_READTHROUGHENTRY']._serialized_start=1554
-  _globals['_STATREQUEST_READTHROUGHENTRY']._serialized_end=1604
-  _globals['_STATRESPONSE']._serialized_start=1607
-  _globals['_STATRESPONSE']._serialized_end=1943
-  _globals['_STATRESPONSE_READTHROUGHENTRY']._serialized_start=1554
-  _globals['_STATRESPONSE_READTHROUGHENTRY']._serialized_end=1604
-  _globals['_STATRESPONSE_PUBLISHATENTRY']._serialized_start=1895
-  _globals['_STATRESPONSE_PUBLISHATENTRY']._serialized_end=1943
-  _globals['_LISTREQUEST']._serialized_start=1945
-  _globals['_LISTREQUEST']._serialized_end=2007
-  _globals['_LISTRESPONSE']._serialized_start=2010
-  _globals['_LISTRESPONSE']._serialized_end=2347
-  _globals['_LISTRESPONSE_SHARD']._serialized_start=2163
-  _globals['_LISTRESPONSE_SHARD']._serialized_end=2347
-  _globals['_APPLYREQUEST']._serialized_start=2350
-  _globals['_APPLYREQUEST']._serialized_end=2534
-  _globals['_APPLYREQUEST_CHANGE']._serialized_start=2422
-  _globals['_APPLYREQUEST_CHANGE']._serialized_end=2534
-  _globals['_APPLYRESPONSE']._serialized_start=2536
-  _globals['_APPLYRESPONSE']._serialized_end=2633
-  _globals['_GETHINTSREQUEST']._serialized_start=2635
-  _globals['_GETHINTSREQUEST']._serialized_end=2707
-  _globals['_GETHINTSRESPONSE']._serialized_start=2710
-  _globals['_GETHINTSRESPONSE']._serialized_end=3018
-  _globals['_GETHINTSRESPONSE_RESPONSEHINTS']._serialized_start=2957
-  _globals['_GETHINTSRESPONSE_RESPONSEHINTS']._serialized_end=3018
-  _globals['_UNASSIGNREQUEST']._serialized_start=3020
-  _globals['_UNASSIGNREQUEST']._serialized_end=3091
-  _globals['_UNASSIGNRESPONSE']._serialized_start=3093
-  _globals['_UNASSIGNRESPONSE']._serialized_end=3169
-  _globals['_SHARD']._serialized_start=3305
-  _globals['_SHARD']._serialized_end=3694
+  _globals['_CHECKPOINT_PRODUCERSTATE']._serialized_end=1103
+  _globals['_CHECKPOINT_SOURCE']._serialized_start=1106
+  _globals['_CHECKPOINT_SOURCE']._serialized_end=1294
+  _globals['_CHECKPOINT_SOURCE_PRODUCERENTRY']._serialized_start=1208
+  _globals['_CHECKPOINT_SOURCE_PRODUCERENTRY']._serialized_end=1294
+  _globals['_CHECKPOINT_SOURCESENTRY']._serialized_start=1296
+  _globals['_CHECKPOINT_SOURCESENTRY']._serialized_end=1379
+  _globals['_CHECKPOINT_ACKINTENTSENTRY']._serialized_start=1381
+  _globals['_CHECKPOINT_ACKINTENTSENTRY']._serialized_end=1430
+  _globals['_STATREQUEST']._serialized_start=1433
+  _globals['_STATREQUEST']._serialized_end=1623
+  _globals['_STATREQUEST_READTHROUGHENTRY']._serialized_start=1573
+  _globals['_STATREQUEST_READTHROUGHENTRY']._serialized_end=1623
+  _globals['_STATRESPONSE']._serialized_start=1626
+  _globals['_STATRESPONSE']._serialized_end=1962
+  _globals['_STATRESPONSE_READTHROUGHENTRY']._serialized_start=1573
+  _globals['_STATRESPONSE_READTHROUGHENTRY']._serialized_end=1623
+  _globals['_STATRESPONSE_PUBLISHATENTRY']._serialized_start=1914
+  _globals['_STATRESPONSE_PUBLISHATENTRY']._serialized_end=1962
+  _globals['_LISTREQUEST']._serialized_start=1964
+  _globals['_LISTREQUEST']._serialized_end=2026
+  _globals['_LISTRESPONSE']._serialized_start=2029
+  _globals['_LISTRESPONSE']._serialized_end=2366
+  _globals['_LISTRESPONSE_SHARD']._serialized_start=2182
+  _globals['_LISTRESPONSE_SHARD']._serialized_end=2366
+  _globals['_APPLYREQUEST']._serialized_start=2369
+  _globals['_APPLYREQUEST']._serialized_end=2553
+  _globals['_APPLYREQUEST_CHANGE']._serialized_start=2441
+  _globals['_APPLYREQUEST_CHANGE']._serialized_end=2553
+  _globals['_APPLYRESPONSE']._serialized_start=2555
+  _globals['_APPLYRESPONSE']._serialized_end=2652
+  _globals['_GETHINTSREQUEST']._serialized_start=2654
+  _globals['_GETHINTSREQUEST']._serialized_end=2726
+  _globals['_GETHINTSRESPONSE']._serialized_start=2729
+  _globals['_GETHINTSRESPONSE']._serialized_end=3037
+  _globals['_GETHINTSRESPONSE_RESPONSEHINTS']._serialized_start=2976
+  _globals['_GETHINTSRESPONSE_RESPONSEHINTS']._serialized_end=3037
+  _globals['_UNASSIGNREQUEST']._serialized_start=3039
+  _globals['_UNASSIGNREQUEST']._serialized_end=3110
+  _globals['_UNASSIGNRESPONSE']._serialized_start=3112
+  _globals['_UNASSIGNRESPONSE']._serialized_end=3188
+  _globals['_SHARD']._serialized_start=3324
+  _globals['_SHARD']._serialized_end=3713
 # @@protoc_insertion_point(module_scope)

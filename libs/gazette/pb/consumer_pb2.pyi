@@ -337,21 +337,27 @@ class Checkpoint(_message.Message):
 
         LAST_ACK_FIELD_NUMBER: _builtins.int
         BEGIN_FIELD_NUMBER: _builtins.int
+        LAST_SEEN_FIELD_NUMBER: _builtins.int
         last_ack: _builtins.int
         """Clock of the last message acknowledged (committed) by the producer."""
         begin: _builtins.int
         """Journal offset of the first message of the producer's pending,
         not-yet-acknowledged transaction; or -1 if there is none.
         """
+        last_seen: _builtins.int
+        """Clock of the last message read from the producer, if above last_ack
+        (0: last_ack): a producer silent for long is pruned by it.
+        """
         def __init__(
             self,
             *,
             last_ack: _builtins.int = ...,
             begin: _builtins.int = ...,
+            last_seen: _builtins.int = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "last_ack", b"last_ack"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "last_ack", b"last_ack", "last_seen", b"last_seen"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -17,7 +17,7 @@ from gazette.message import AckIntent, ProducerState
 def sample() -> Checkpoint:
     return Checkpoint.of({"a/one": 120, "a/two": 0},
                          [ProducerState("a/one", 0x0102030405, 77, -1),
-                          ProducerState("a/one", 0xFFFFFFFFFFFF, 90, 64)],
+                          ProducerState("a/one", 0xFFFFFFFFFFFF, 90, 64, 95)],
                          [AckIntent("out/x", b'{"uuid":"..."}\n')])
 
 

@@ -159,7 +159,8 @@ def test_restoring_from_producer_states_continues_the_same(
     head = sequence(first, sc.log[:cut], sc)
     states = first.producer_states()
     # Through the checkpoint's own form, as a consumer would store it.
-    states = [ProducerState(s.journal, s.producer, s.last_ack, s.begin) for s in states]
+    states = [ProducerState(s.journal, s.producer, s.last_ack, s.begin, s.last_seen)
+              for s in states]
     tail = sequence(Sequencer(states, buffer=buffer), sc.log[cut:], sc)
     assert keys(head + tail) == sc.expected
 
@@ -238,6 +239,30 @@ def test_producer_states_prune_old_producers() -> None:
     states = seq.producer_states(prune_horizon=500)
     assert sorted((s.journal, s.producer, s.begin) for s in states) == [
         ("j", 2, -1), ("k", 1, 0)]
+
+
+def test_a_restored_pending_producer_is_pruned_by_its_last_message_not_its_last_ack(
+        ) -> None:
+    """A producer in its first transaction has no ACK yet: restored from a checkpoint,
+    its age is its last message's, so it is kept (and its ACK then commits what it
+    published before the checkpoint); one silent past the horizon is forgotten."""
+    hour = 3600
+    seq = Sequencer()
+    seq.queue(env("j", 0, 1, muuid.Clock.from_unix(0), Flags.CONTINUE_TXN))  # dead
+    seq.queue(env("j", 10, 2, muuid.Clock.from_unix(30 * hour), Flags.CONTINUE_TXN))
+    seq.queue(env("j", 20, 3, muuid.Clock.from_unix(31 * hour), Flags.OUTSIDE_TXN))
+    assert [e.begin for e in seq.drain()] == [20]
+    states = seq.producer_states(prune_horizon=24 * hour)
+    assert sorted((s.producer, s.begin) for s in states) == [(2, 10), (3, -1)]
+    restored = Sequencer(states)
+    assert len(restored.producer_states(prune_horizon=24 * hour)) == 2
+    restored.queue(env("j", 30, 2, muuid.Clock.from_unix(32 * hour), Flags.ACK_TXN))
+    with pytest.raises(ReplayRequired) as replay:
+        restored.drain()
+    assert (replay.value.begin, replay.value.end) == (10, 30)
+    restored.start_replay([env("j", 10, 2, muuid.Clock.from_unix(30 * hour),
+                               Flags.CONTINUE_TXN)])
+    assert [e.begin for e in restored.drain()] == [10]
 
 
 def test_producer_states_refused_while_messages_wait() -> None:
