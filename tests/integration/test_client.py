@@ -56,7 +56,7 @@ from gazette.protocol import JournalSpec
 from gazette.protocol.content import AppendContent
 from gazette.protocol.trees import SpecChange
 from gazette_broker import BrokerServer, JournalService, add_journal_service
-from tests.fixtures.broker import persist
+from tests.fixtures.broker import persist, plain_server
 from tests.fixtures.polling import eventually
 from tests.fixtures.relay import Relay
 from tests.fixtures.s3 import S3Bucket
@@ -385,7 +385,7 @@ class CountingService(JournalService):
 async def test_appends_that_fit_a_message_take_one_append_whole_call(
         broker: BrokerServer) -> None:
     service = CountingService(broker.broker.replicas)
-    server = grpc.aio.server()
+    server = plain_server()
     add_journal_service(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -4,6 +4,9 @@ Apply guarded by revisions, GetHints, Unassign, and clear refusals of bad input.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import grpc
 import pytest
 
@@ -15,7 +18,9 @@ from gazette.pb import consumer_pb2 as cpb
 from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import ShardSource, ShardSpec, shard_spec_to_pb
 from gazette_broker import BrokerServer
-from tests.fixtures.consumer import SHARDS, Group, primaries, to
+from tests.fixtures.consumer import SHARDS, Group, Stores, members_of, primaries, to
+from tests.fixtures.etcd import EtcdServer
+from tests.fixtures.member_app import PROBE, TOTAL_PATH, RoutedSums
 from tests.fixtures.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -133,3 +138,46 @@ async def test_malformed_request_messages_are_invalid_argument_naming_the_field(
         # And the member serves on.
         ok = await consumer_pb2_grpc.ShardStub(channel).List(cpb.ListRequest(), timeout=10)
         assert ok.status == cpb.OK
+
+
+async def test_an_applications_services_refuse_malformed_requests_naming_the_field(
+        etcd_server: EtcdServer, consumer_root: str, broker: BrokerServer) -> None:
+    """Services an application adds (a protobuf service registered as generated code
+    registers one, a shard method of raw bytes) and the health service are behind the
+    same guard as the Shard service: INVALID_ARGUMENT naming the field, at once."""
+    [member] = await members_of(etcd_server, consumer_root, broker, Stores(), ["m0"],
+                                RoutedSums)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{member.port}") as channel:
+            cases: list[tuple[str, Any, str]] = [
+                # grpc's own answers were UNKNOWN ("Unexpected <class 'DecodeError'>").
+                (f"/{PROBE}/Echo", b"\x12\x03a\xffb", "shard: not valid UTF-8 (byte 1)"),
+                (f"/{PROBE}/Gather", [b"\x12\x01a", b"\x1a\x05\x0a\x01j\x10"],
+                 "read_through[0]: its length (5) runs past the end of the message"),
+                ("/grpc.health.v1.Health/Check", b"\x0a\x02\xff\xfe",
+                 "service: not valid UTF-8 (byte 0)"),
+                # A stream without its one message was never answered (a hang).
+                (TOTAL_PATH, [], "request: the stream ended before a whole request "
+                                 "message"),
+                # What the application's shard_of raised was UNKNOWN.
+                (TOTAL_PATH, b"[" * 100_000, "request: cannot tell its shard "
+                                             "(RecursionError: "),
+                (TOTAL_PATH, json.dumps({"shard": "a\nb", "key": "k"}).encode(), "shard: "),
+            ]
+            for path, request, reason in cases:
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    if isinstance(request, list):
+                        await channel.stream_unary(path)(iter(request), timeout=5)
+                    else:
+                        await channel.unary_unary(path)(request, timeout=5)
+                assert (err.value.code(), (err.value.details() or "")[:len(reason)]) == (
+                    grpc.StatusCode.INVALID_ARGUMENT, reason), path
+            # And the member serves on.
+            echo = channel.unary_unary(f"/{PROBE}/Echo",
+                                       request_serializer=cpb.StatRequest.SerializeToString,
+                                       response_deserializer=cpb.StatResponse.FromString)
+            ok = await echo(cpb.StatRequest(shard="shard-0", read_through={"j": 3}),
+                            timeout=10)
+            assert ok.status == cpb.OK and dict(ok.read_through) == {"j": 3}
+    finally:
+        await member.stop()

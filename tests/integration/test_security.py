@@ -293,6 +293,35 @@ async def test_http_gateway_answers_401_and_403_with_the_reason(
             assert resp.status == 403 and "'append' capability" in await resp.text()
 
 
+async def test_only_the_ops_routes_are_open_not_their_paths(
+        secured: BrokerServer, pki: Pki) -> None:
+    """GET (and HEAD) /healthz and /metrics need no token; any other method on those
+    paths is a journal request like any other (journals may be named so): 401 without a
+    token, and nothing is appended."""
+    await secured.apply_yaml("replication: 1\nfragment: {stores: [\"file:///\"]}\n"
+                             "children: [{name: healthz}, {name: metrics}]\n")
+    await eventually(lambda: {"healthz", "metrics"} <= set(secured.broker.replicas),
+                     "the journals healthz and metrics open", 20)
+    url = f"https://127.0.0.1:{secured.http_port}"
+    ctx = ssl.create_default_context(cafile=pki.ca_file)
+    async with aiohttp.ClientSession() as http:
+        for path in ("healthz", "metrics"):
+            for method in ("GET", "HEAD"):
+                async with http.request(method, f"{url}/{path}", ssl=ctx) as resp:
+                    assert resp.status == 200, (method, path, resp.status)
+            for method in ("PUT", "POST"):
+                async with http.request(method, f"{url}/{path}", data=b"sneaked in\n",
+                                        ssl=ctx) as resp:
+                    assert resp.status == 401, (method, path, resp.status,
+                                                await resp.text())
+                    assert "no token" in await resp.text()
+            assert secured.broker.replicas[path].write_head == 0, f"{path} was appended to"
+        # With a token that grants it, the journal is appended to as any other.
+        bearer = {"Authorization": f"Bearer {token(K1, Capability.APPEND)}"}
+        async with http.put(f"{url}/healthz", data=b"x\n", ssl=ctx, headers=bearer) as resp:
+            assert resp.status == 204, await resp.text()
+
+
 # -- forwarding and peers ---------------------------------------------------------------
 
 

@@ -22,11 +22,13 @@ from gazette.auth.channels import (
 from gazette.auth.member import MemberSecurity, SecurityConfig
 from gazette.auth.server import (
     ANONYMOUS,
+    NOBODY,
     AuthInterceptor,
     Authorizer,
     Caller,
     ObserveInterceptor,
     abort_refused,
+    count_refusal,
     current_caller,
     drain_refused,
     require_scope,
@@ -50,6 +52,7 @@ from gazette.auth.tokens import (
 __all__ = [
     "ANONYMOUS",
     "AUTHORIZATION",
+    "NOBODY",
     "PLAIN",
     "UNRESTRICTED",
     "AuthError",
@@ -70,6 +73,7 @@ __all__ = [
     "abort_refused",
     "auth_for",
     "bearer",
+    "count_refusal",
     "current_caller",
     "drain_refused",
     "open_channel",

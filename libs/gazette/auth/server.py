@@ -9,7 +9,11 @@
 - `ObserveInterceptor` counts calls per method and status, times them, and (with
   ``--log.access``) logs one line per call.
 
-Without signing keys authorization is off: every caller is `UNRESTRICTED`.
+Without signing keys authorization is off: every caller is `ANONYMOUS` (`UNRESTRICTED`),
+as the outermost interceptor (`ObserveInterceptor`) names it. A request that no such
+layer saw (gRPC interceptors, a member's HTTP middleware: `gazette.cluster.ops`) has no
+caller: `current_caller()` is then `NOBODY`, who may do nothing. Unrestricted is never
+a default.
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ from prometheus_client import Counter, Histogram
 
 from gazette.auth.channels import AUTHORIZATION, bearer
 from gazette.auth.tokens import (
+    NO_GRANT,
     UNRESTRICTED,
     AuthError,
     Capability,
     Claims,
-    PermissionDenied,
     SigningKeys,
     Unauthenticated,
 )
@@ -65,13 +69,16 @@ class Caller:
         self.claims.require_scope(labels, item)
 
 
+#: The caller of every request with authorization off.
 ANONYMOUS = Caller(UNRESTRICTED)
-_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("caller", default=ANONYMOUS)
+#: The caller of what no authentication layer named a caller of: granted nothing.
+NOBODY = Caller(NO_GRANT)
+_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("caller", default=NOBODY)
 
 
 def current_caller() -> Caller:
-    """The caller of the request being served (`ANONYMOUS` outside one, or with
-    authorization off)."""
+    """The caller of the request being served, as its authentication layer named it
+    (`ANONYMOUS` with authorization off); `NOBODY` outside one."""
     return _CALLER.get()
 
 
@@ -124,17 +131,23 @@ def status_of(err: AuthError) -> grpc.StatusCode:
         else grpc.StatusCode.PERMISSION_DENIED
 
 
+def count_refusal(err: AuthError) -> grpc.StatusCode:
+    """Count a refusal (gRPC or HTTP) in ``gazette_auth_refusals_total``; its status."""
+    code = status_of(err)
+    AUTH_REFUSALS.labels(code.name.lower()).inc()
+    return code
+
+
 async def abort_refused(context: Any, err: AuthError) -> None:
     """End the call with `err`'s status and reason (counted)."""
-    AUTH_REFUSALS.labels(status_of(err).name.lower()).inc()
-    await context.abort(status_of(err), err.reason)
+    await context.abort(count_refusal(err), err.reason)
 
 
 async def require_scope(context: Any, labels: LabelSet, item: str) -> None:
     """Abort the call (PERMISSION_DENIED) unless the caller's token covers `item`."""
     try:
         current_caller().require_scope(labels, item)
-    except PermissionDenied as err:
+    except AuthError as err:
         await abort_refused(context, err)
 
 
@@ -196,14 +209,17 @@ async def _invoke(method: Callable[..., Any], request: Any, context: Any) -> Any
 
 class ObserveInterceptor(AsyncServerInterceptor):
     """Per-method call counts by status, durations, and (`access`) one log line per
-    call: method, status, seconds, peer, caller."""
+    call: method, status, seconds, peer, caller. With `caller` (authorization off:
+    `ANONYMOUS`), it names every call's caller, as `AuthInterceptor` does when on."""
 
-    def __init__(self, access: bool = False) -> None:
-        self.access = access
+    def __init__(self, access: bool = False, caller: Caller | None = None) -> None:
+        self.access, self.caller = access, caller
 
     async def intercept(self, method: Callable[..., Any], request_or_iterator: Any,
                         context: Any, method_name: str) -> Any:
         start = time.monotonic()
+        if self.caller is not None:
+            set_caller(self.caller)
         try:
             out = method(request_or_iterator, context)
             if hasattr(out, "__aiter__"):
@@ -258,7 +274,8 @@ def _code(context: Any, error: BaseException | None) -> str:
 def server_interceptors(authorizer: Authorizer, access_log_on: bool = False
                         ) -> list[AsyncServerInterceptor]:
     """A member's interceptors, outermost first: observation sees refusals too. With
-    authorization off there is nothing to check (every call is `ANONYMOUS`, the
-    caller's default), so no auth layer costs a plain member's calls anything."""
-    observe = ObserveInterceptor(access_log_on)
-    return [observe, AuthInterceptor(authorizer)] if authorizer.enabled else [observe]
+    authorization off there is nothing to check: observation names every call's caller
+    `ANONYMOUS`, so no auth layer costs a plain member's calls anything."""
+    if not authorizer.enabled:
+        return [ObserveInterceptor(access_log_on, caller=ANONYMOUS)]
+    return [ObserveInterceptor(access_log_on), AuthInterceptor(authorizer)]

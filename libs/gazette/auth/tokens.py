@@ -10,23 +10,32 @@ forged ``alg: none`` header is refused). Its claims:
   so ``prefix=team-a/`` grants only what is named under ``team-a/``;
 - ``iat``, ``exp``: when it was issued and when it expires (seconds since the epoch).
 
+Registered claims PyJWT checks are honoured too (``nbf``: not valid before).
+
 `SigningKeys` hold the cluster's keys: the first signs, every one verifies, so keys are
 rotated by adding the new one first, then dropping the old one once its tokens expired.
+Encoding and verification are PyJWT's (``algorithms=["HS256"]``, ``leeway`` of
+`CLOCK_SKEW`); its errors are told as ours (`Unauthenticated`, saying what is wrong).
+Tokens issued by this module before it used PyJWT are the same bytes, and verify.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
-import hashlib
-import hmac
-import json
 import re
 import time
+import warnings
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import jwt
+from jwt.warnings import InsecureKeyLengthWarning
 
 from gazette.errors import GazetteError, ValidationError
 from gazette.labels import LabelSet, Selector, parse_selector
@@ -69,7 +78,11 @@ class PermissionDenied(AuthError):
 MAX_TOKEN_BYTES = 8192
 #: Seconds of clock skew between the issuer and the verifier that are forgiven.
 CLOCK_SKEW = 30.0
-_HEADER = {"alg": "HS256", "typ": "JWT"}
+#: The one algorithm signed and accepted (a forged ``alg: none`` is refused).
+ALGORITHM = "HS256"
+#: RFC 7518 asks HS256 keys of 32 bytes; PyJWT warns below that at every use. Keys of
+#: 16 bytes and more were accepted before and still are (without the warning).
+_RECOMMENDED_KEY_BYTES = 32
 _KEY_SPLIT = re.compile(r"[\s,]+")
 
 
@@ -110,12 +123,30 @@ class Claims:
 UNRESTRICTED = Claims("anonymous", frozenset(Capability))
 
 
-def _b64encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+class _NoGrant(Claims):
+    """The grant of a request no authentication layer named a caller of: nothing, and
+    no item is in scope (`scoped`, `allows` nothing); each check says why."""
+
+    __slots__ = ()
+    REASON = ("no authenticated caller (the request reached its handler without passing "
+              "an authentication layer)")
+
+    def require(self, capability: Capability, what: str) -> None:
+        raise Unauthenticated(f"{what}: {self.REASON}")
+
+    @property
+    def scoped(self) -> bool:
+        return True
+
+    def allows(self, labels: LabelSet) -> bool:
+        return False
+
+    def require_scope(self, labels: LabelSet, item: str) -> None:
+        raise Unauthenticated(f"{item}: {self.REASON}")
 
 
-def _b64decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+#: What a request is granted when no authentication layer named its caller.
+NO_GRANT: Claims = _NoGrant("nobody", frozenset())
 
 
 def parse_capabilities(value: object, field_: str = "capabilities"
@@ -153,6 +184,7 @@ class SigningKeys:
                 raise ValidationError(f"auth.keys[{i}]", f"a key must be at least 16 bytes, "
                                       f"got {len(key)}")
         self.keys = list(keys)
+        self._short = any(len(key) < _RECOMMENDED_KEY_BYTES for key in keys)
         self._cache: OrderedDict[str, Claims] = OrderedDict()
 
     @classmethod
@@ -199,48 +231,91 @@ class SigningKeys:
         issued = time.time() if now is None else now
         payload = {"sub": subject, "cap": sorted(c.value for c in capabilities),
                    "sel": str(sel), "iat": int(issued), "exp": int(issued + ttl)}
-        head = _b64encode(json.dumps(_HEADER, separators=(",", ":")).encode())
-        body = _b64encode(json.dumps(payload, separators=(",", ":")).encode())
-        signed = f"{head}.{body}".encode()
-        mac = hmac.new(self.keys[0], signed, hashlib.sha256).digest()
-        return f"{head}.{body}.{_b64encode(mac)}"
+        with self._short_keys_allowed():
+            return jwt.encode(payload, self.keys[0], algorithm=ALGORITHM)
 
     def verify(self, token: str, now: float | None = None) -> Claims:
-        """The claims of `token`, or `Unauthenticated` saying what is wrong with it."""
-        now = time.time() if now is None else now
+        """The claims of `token`, or `Unauthenticated` saying what is wrong with it. A
+        token verified before (cached) is checked for expiry only (at `now`)."""
         claims = self._cache.get(token)
         if claims is None:
             claims = self._verify(token)
             self._cache[token] = claims
             if len(self._cache) > self.CACHE_SIZE:
                 self._cache.popitem(last=False)
-        if claims.expires + CLOCK_SKEW < now:
-            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(claims.expires))
-            raise Unauthenticated(f"the token of {claims.subject!r} expired at {when}")
-        if claims.issued - CLOCK_SKEW > now:
-            raise Unauthenticated(f"the token of {claims.subject!r} is issued in the future")
+        if claims.expires + CLOCK_SKEW < (time.time() if now is None else now):
+            raise Unauthenticated(f"the token of {claims.subject!r} expired at "
+                                  f"{_when(claims.expires)}")
         return claims
 
     def _verify(self, token: str) -> Claims:
         if len(token) > MAX_TOKEN_BYTES:
             raise Unauthenticated(f"the token is too long ({len(token)} bytes)")
-        parts = token.split(".")
-        if len(parts) != 3:
+        if token.count(".") != 2:
             raise Unauthenticated("the token is not a JWT (header.payload.signature)")
-        try:
-            header = json.loads(_b64decode(parts[0]))
-            payload = json.loads(_b64decode(parts[1]))
-            mac = _b64decode(parts[2])
-        except (ValueError, binascii.Error):
-            raise Unauthenticated("the token is not a JWT: bad base64 or JSON") from None
-        if not isinstance(header, dict) or header.get("alg") != "HS256":
-            raise Unauthenticated("the token's alg must be HS256")
-        signed = f"{parts[0]}.{parts[1]}".encode()
-        if not any(hmac.compare_digest(hmac.new(k, signed, hashlib.sha256).digest(), mac)
-                   for k in self.keys):
-            raise Unauthenticated("the token's signature matches none of this cluster's "
-                                  "keys (wrongly signed, or signed with a retired key)")
-        return _claims(payload)
+        for key in self.keys:
+            try:
+                with self._short_keys_allowed():
+                    payload = jwt.decode(token, key, algorithms=[ALGORITHM],
+                                         leeway=CLOCK_SKEW, options={"require": ["exp"]})
+            except jwt.InvalidSignatureError:
+                continue  # another key may have signed it
+            except jwt.PyJWTError as err:
+                raise Unauthenticated(_reason(err, token)) from None
+            return _claims(payload)
+        raise Unauthenticated("the token's signature matches none of this cluster's "
+                              "keys (wrongly signed, or signed with a retired key)")
+
+    @contextlib.contextmanager
+    def _short_keys_allowed(self) -> Iterator[None]:
+        if self._short:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", InsecureKeyLengthWarning)
+                yield
+        else:
+            yield
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _unverified(token: str) -> dict[str, Any]:
+    """The payload of a token whose signature PyJWT verified but which it refused for
+    a claim (for the reason's subject and times)."""
+    try:
+        payload = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _reason(err: jwt.PyJWTError, token: str) -> str:
+    """What PyJWT's refusal `err` of `token` means, as this module has always said it."""
+    text = str(err)
+    if isinstance(err, jwt.ExpiredSignatureError | jwt.ImmatureSignatureError):
+        payload = _unverified(token)
+        who = payload.get("sub", "")
+        if isinstance(err, jwt.ExpiredSignatureError):
+            return f"the token of {who!r} expired at {_when(float(payload['exp']))}"
+        if "(nbf)" in text:
+            return f"the token of {who!r} is not valid before {_when(float(payload['nbf']))}"
+        return f"the token of {who!r} is issued in the future"
+    if isinstance(err, jwt.InvalidAlgorithmError):
+        return f"the token's alg must be {ALGORITHM}"
+    if isinstance(err, jwt.MissingRequiredClaimError) or "(exp)" in text:
+        return "the token has no expiry (exp) or a bad one"
+    if isinstance(err, jwt.InvalidIssuedAtError):
+        return "the token's issue time (iat) is not a number"
+    if isinstance(err, jwt.exceptions.InvalidSubjectError):
+        return "the token's sub and sel must be strings"
+    if "(nbf)" in text:
+        return "the token's not-before time (nbf) is not a number"
+    if "payload" in text and "json object" in text:
+        return "the token's payload is not an object"
+    if isinstance(err, jwt.DecodeError):
+        return "the token is not a JWT: bad base64 or JSON"
+    return f"the token is invalid: {text}"
 
 
 def _claims(payload: object) -> Claims:

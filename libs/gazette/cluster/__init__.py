@@ -8,8 +8,9 @@ spec (a journal, a shard).
 - local items (`LocalItems`): this member's assignments as running, supervised local
   objects, opened, updated and closed as the keyspace changes; `Announcer` writes the
   routes their primaries synced, `StatusWriter` the states of this member's replicas;
-- operations (`add_ops_routes`, `HttpRunner`): ``/metrics`` and ``/healthz`` on a
-  member's HTTP port, served with bounds on idle and malformed connections;
+- operations (`http_app`, `add_ops_routes`, `HttpRunner`): a member's HTTP application,
+  ``/metrics`` and ``/healthz`` open and every other route behind its tokens, served with
+  bounds on idle and malformed connections;
 - malformed requests (`malformed.add_guarded`): a service's undecodable request messages
   refused with INVALID_ARGUMENT naming the field;
 - forwarding (`Channels`, `forward_unary`, `forward_stream`, `proxied`): a request for
@@ -39,7 +40,14 @@ from gazette.cluster.membership import (
     Membership,
     until_etcd,
 )
-from gazette.cluster.ops import IDLE_TIMEOUT, LISTEN_BACKLOG, HttpRunner, add_ops_routes
+from gazette.cluster.ops import (
+    IDLE_TIMEOUT,
+    LISTEN_BACKLOG,
+    HttpCheck,
+    HttpRunner,
+    add_ops_routes,
+    http_app,
+)
 from gazette.cluster.resolver import Resolution, Resolver
 from gazette.cluster.status import StatusWriter, status_consistent
 
@@ -55,6 +63,7 @@ __all__ = [
     "PROXY_ANSWER_SECONDS",
     "Announcer",
     "Channels",
+    "HttpCheck",
     "HttpRunner",
     "LocalItem",
     "LocalItems",
@@ -66,6 +75,7 @@ __all__ = [
     "add_ops_routes",
     "forward_stream",
     "forward_unary",
+    "http_app",
     "proxied",
     "status_consistent",
     "until_etcd",

@@ -6,7 +6,8 @@ method whose request stream ends before a whole message (none, or a truncated on
 never answered at all: the call stays open until the client gives up. `guarded` wraps a
 service's method handlers so that both are refused with INVALID_ARGUMENT and a message
 naming the field where one can be found (``journal: not valid UTF-8 (byte 3)``), and
-the handler never sees the request.
+the handler never sees the request. `GuardedServer` does the same for every service an
+application adds to a server (generated registrations or generic handlers of its own).
 
 A client-streaming call the server ends while the client still sends reaches a grpc
 client as INTERNAL ("Internal error from Core") about half the time, instead of the
@@ -172,7 +173,19 @@ class _DrainingContext:
         await self._context.abort(code, details, trailing_metadata)
 
 
+def _message_of(deserialize: Callable[[bytes], Any] | None) -> Descriptor | None:
+    """The message a deserializer makes, when it is a generated class's ``FromString``
+    (a service outside the descriptor pool, as applications register by hand)."""
+    desc = getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
+    return desc if isinstance(desc, Descriptor) else None
+
+
 def _guarded(handler: Any, desc: Descriptor | None) -> Any:
+    behavior = handler.unary_unary or handler.unary_stream or handler.stream_unary or \
+        handler.stream_stream
+    if not (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
+        return handler  # synchronous: grpc.aio runs it only on a thread pool, as it is
+    desc = desc or _message_of(handler.request_deserializer)
     deserializer = _deserializer(handler.request_deserializer, desc)
     serializer = handler.response_serializer
     # Every method reads its requests as a stream: a unary one's single request, too,
@@ -206,13 +219,56 @@ def add_guarded(add_servicer: Callable[[Any, Any], None], servicer: Any,
                                            ) -> None:
             if adjust is not None:
                 adjust(handlers)
-            handlers = guarded(handlers, name)
-            server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(name, handlers),))
-            server.add_registered_method_handlers(  # type: ignore[attr-defined]
-                name, handlers)  # (grpc-stubs predate it)
+            _register(server, name, handlers)
 
     add_servicer(servicer, Registrar())
+
+
+def _register(server: grpc.aio.Server, name: str, handlers: dict[str, Any]) -> None:
+    """`handlers` of service `name`, `guarded`, on `server` (registered and generic)."""
+    handlers = guarded(handlers, name)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(  # type: ignore[attr-defined]
+        name, handlers)  # (grpc-stubs predate it)
+
+
+class _GuardedGeneric(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """A generic handler whose method handlers are `guarded` (each once, when first
+    called)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._done: dict[str, tuple[Any, Any]] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        handler = self._inner.service(handler_call_details)
+        if handler is None:
+            return None
+        path = handler_call_details.method
+        done = self._done.get(path)
+        if done is None or done[0] is not handler:
+            service, _, method = path.lstrip("/").rpartition("/")
+            done = self._done[path] = (handler, guarded({method: handler}, service)[method])
+        return done[1]
+
+
+class GuardedServer:
+    """A `grpc.aio.Server` as an application sees it (`AppServices.grpc_server`): every
+    service added to it, through a generated ``add_*Servicer_to_server`` or generic
+    handlers of its own, is `guarded` (the server's interceptors apply to it too, as to
+    every call). Anything else is the server's."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_GuardedGeneric(h) for h in handlers))
+
+    def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
+        _register(self._server, name, dict(handlers))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
 
 
 def guarded(handlers: dict[str, Any], service: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What every member's HTTP listener shares: the operational endpoints ``GET /metrics``
 (Prometheus) and ``GET /healthz`` (200 while the member serves, else 503, for probes),
-and `HttpRunner`, which serves an application with bounds on idle and malformed
-connections."""
+`http_app`, an application whose every other route needs a token (as the member's gRPC
+methods do), and `HttpRunner`, which serves an application with bounds on idle and
+malformed connections."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ import prometheus_client
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+
+from gazette.auth import (
+    ANONYMOUS,
+    AuthError,
+    Authorizer,
+    Caller,
+    Unauthenticated,
+    count_refusal,
+    set_caller,
+)
 
 #: Seconds a connection may go without a whole request head (from its opening, or from
 #: the end of its previous response) before it is closed: silent and idle keep-alive
@@ -42,9 +53,61 @@ def healthz(ready: Callable[[], bool]) -> Callable[[web.Request], Awaitable[web.
     return handler
 
 
-def add_ops_routes(app: web.Application, ready: Callable[[], bool]) -> None:
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz(ready))
+def add_ops_routes(app: web.Application, ready: Callable[[], bool]
+                   ) -> list[web.AbstractRoute]:
+    """``GET`` (and ``HEAD``) ``/metrics`` and ``/healthz`` on `app`; their routes."""
+    out = []
+    for path, handler in (("/metrics", metrics), ("/healthz", healthz(ready))):
+        out += [app.router.add_get(path, handler, allow_head=False),
+                app.router.add_head(path, handler)]
+    return out
+
+
+HttpCheck = Callable[[web.Request, Caller], None]
+"""Whether an authenticated caller may make a request (the capability it needs, the
+item's scope): raises `gazette.auth.AuthError` if not (or an HTTP error of its own, a
+400 for a malformed name, say)."""
+
+
+def http_app(ready: Callable[[], bool], authorizer: Authorizer, check: HttpCheck,
+             client_max_size: int = 1 << 20) -> web.Application:
+    """A member's HTTP application: the ops routes (`add_ops_routes`: probes and
+    Prometheus carry no token), and every other request, whatever its path (``PUT
+    /healthz`` is no probe) or whether any route takes it, authorized as gRPC calls
+    are: a bearer token `authorizer` verifies, then `check`. A refusal (there, or an
+    `AuthError` the handler raises) is 401 with ``WWW-Authenticate`` or 403, with the
+    reason. The caller is then `current_caller()` for the handler (`ANONYMOUS` with
+    authorization off)."""
+    open_routes: set[web.AbstractRoute] = set()
+
+    @web.middleware
+    async def authorize(request: web.Request,
+                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                        ) -> web.StreamResponse:
+        if request.match_info.route in open_routes:
+            return await handler(request)
+        if not authorizer.enabled:
+            set_caller(ANONYMOUS)
+            return await handler(request)
+        try:
+            caller = authorizer.authenticate(request.headers.get("Authorization"))
+            check(request, caller)
+            set_caller(caller)
+            return await handler(request)
+        except AuthError as err:
+            raise _refusal(err) from None
+
+    app = web.Application(client_max_size=client_max_size, middlewares=[authorize])
+    open_routes.update(add_ops_routes(app, ready))
+    return app
+
+
+def _refusal(err: AuthError) -> web.HTTPException:
+    count_refusal(err)
+    if isinstance(err, Unauthenticated):
+        return web.HTTPUnauthorized(text=f"UNAUTHENTICATED: {err.reason}\n",
+                                    headers={"WWW-Authenticate": 'Bearer realm="gazette"'})
+    return web.HTTPForbidden(text=f"PERMISSION_DENIED: {err.reason}\n")
 
 
 def _quiet_malformed(record: logging.LogRecord) -> bool:

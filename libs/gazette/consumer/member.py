@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
@@ -37,7 +36,7 @@ from gazette.cluster import (
     Membership,
     Resolver,
     StatusWriter,
-    add_ops_routes,
+    http_app,
     status_consistent,
 )
 from gazette.cluster.malformed import add_guarded
@@ -45,7 +44,7 @@ from gazette.consumer.app import Application
 from gazette.consumer.recovery import Recovery, Standby
 from gazette.consumer.runner import ShardRunner
 from gazette.consumer.service import SHARD_CAPABILITIES, ShardService
-from gazette.consumer.services import AppServices
+from gazette.consumer.services import AppServices, authorize_route
 from gazette.consumer.shard import LocalShard
 from gazette.errors import ValidationError
 from gazette.keyspace import (
@@ -208,17 +207,19 @@ class ConsumerMember:
         self.grpc_server, self.port = grpc_server_on(
             cfg.bind, cfg.port, "consumer member", self.security.server_credentials(),
             self.security.interceptors())
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        # Malformed requests: INVALID_ARGUMENT naming the field.
+        # Every service, the application's too (`AppServices`), refuses malformed
+        # requests with INVALID_ARGUMENT naming the field.
+        add_guarded(health_pb2_grpc.add_HealthServicer_to_server, self.health,
+                    self.grpc_server)
         add_guarded(consumer_pb2_grpc.add_ShardServicer_to_server, ShardService(self),
                     self.grpc_server)
-        http_app = None
-        if cfg.http_port >= 0:
-            http_app = web.Application(client_max_size=1 << 20)
-            add_ops_routes(http_app, self.membership.ready)
-        self.app.register(AppServices(self, self.grpc_server, http_app))
-        if http_app is not None:
-            self.http = HttpRunner(http_app, grace=cfg.grace, log_name=__name__)
+        routes = None
+        if cfg.http_port >= 0:  # the application's routes need tokens, as its methods do
+            routes = http_app(self.membership.ready, self.security.authorizer,
+                              authorize_route)
+        self.app.register(AppServices(self, self.grpc_server, routes))
+        if routes is not None:
+            self.http = HttpRunner(routes, grace=cfg.grace, log_name=__name__)
             try:
                 self.http_port = await self.http.listen(
                     cfg.bind or None, cfg.http_port, self.security.http_context())

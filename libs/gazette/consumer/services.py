@@ -8,8 +8,16 @@ its shard (`shard_of`): any member takes it, runs the handler with the shard's l
 store if it is the primary, and else forwards the request, as received, to the primary
 (once: a forwarded request that finds no primary fails with UNAVAILABLE, which a client
 may retry). Requests and answers are bytes: the application picks the encoding (JSON,
-protobuf). HTTP routes (``services.http``, an aiohttp application, when the member serves
-HTTP) call the same methods with `call`.
+protobuf); a request its `shard_of` cannot read (whatever it raises) is INVALID_ARGUMENT.
+HTTP routes (``services.http``, an aiohttp application, when the member serves HTTP) call
+the same methods with `call`.
+
+Every service an application adds to ``services.grpc_server`` is behind the member's
+malformed-request guard (`gazette.cluster.malformed.GuardedServer`) and interceptors.
+With authorization on, its methods, the shard methods and the HTTP routes alike need a
+token granting ``shard-call`` (`authorize_route` on HTTP); a shard method's shard must be
+in the token's selector, on the member that takes the call and on the primary it is
+forwarded to with the caller's token.
 
 An application registers them in ``Application.register(services)``.
 """
@@ -19,15 +27,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from aiohttp import web
 
-from gazette.auth import PermissionDenied, abort_refused, current_caller
+from gazette import names
+from gazette.auth import (
+    AuthError,
+    Caller,
+    Capability,
+    PermissionDenied,
+    Unauthenticated,
+    abort_refused,
+    current_caller,
+)
 from gazette.cluster import FORWARDED
+from gazette.cluster.malformed import GuardedServer
 from gazette.consumer.app import Shard
-from gazette.errors import ValidationError
+from gazette.errors import ValidationError, short_repr
 from gazette.labels import EMPTY, shard_labels
 
 if TYPE_CHECKING:
@@ -46,6 +64,14 @@ class NoShardPrimary(Exception):
     """The shard has no primary now (or is not known): retry later."""
 
 
+def authorize_route(request: web.Request, caller: Caller) -> None:
+    """An application's HTTP route needs ``shard-call``, as its gRPC methods do (the
+    member's `gazette.cluster.http_app` check); the shard a route reaches through
+    `AppServices.call` must also be in the token's selector."""
+    caller.claims.require(Capability.SHARD_CALL,
+                          f"{request.method} {short_repr(request.path)}")
+
+
 @dataclass(frozen=True)
 class _Method:
     handler: ShardHandler
@@ -53,13 +79,15 @@ class _Method:
 
 
 class AppServices:
-    """What `Application.register` gets: `grpc_server` (add servicers to it), `http`
-    (an aiohttp application, None when the member serves no HTTP), and shard methods."""
+    """What `Application.register` gets: `grpc_server` (add servicers to it: each is
+    guarded, see the module's doc), `http` (an aiohttp application, None when the member
+    serves no HTTP), and shard methods."""
 
     def __init__(self, member: ConsumerMember, grpc_server: grpc.aio.Server,
                  http: web.Application | None) -> None:
         self._member = member
-        self.grpc_server, self.http = grpc_server, http
+        self.grpc_server = cast(grpc.aio.Server, GuardedServer(grpc_server))
+        self.http = http
         self._methods: dict[str, _Method] = {}
 
     def add_shard_method(self, service: str, method: str, handler: ShardHandler,
@@ -81,7 +109,7 @@ class AppServices:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             except NoShardPrimary as err:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-            except PermissionDenied as err:
+            except AuthError as err:
                 await abort_refused(context, err)
             except grpc.aio.AioRpcError as err:
                 await context.abort(err.code(), err.details() or "")
@@ -92,15 +120,17 @@ class AppServices:
         return path
 
     async def call(self, path: str, request: bytes, timeout: float = CALL_SECONDS) -> bytes:
-        """Call a shard method from this member (an HTTP route, say): answered here or
-        by the shard's primary. Raises `ValidationError` (a bad request),
-        `NoShardPrimary`, or the primary's `grpc.aio.AioRpcError`."""
+        """Call a shard method for the request being served (an HTTP route, say; its
+        caller's token must cover the shard): answered here or by the shard's primary.
+        Raises `ValidationError` (a bad request), `gazette.auth.AuthError` (refused:
+        the member's HTTP application answers 401 or 403), `NoShardPrimary`, or the
+        primary's `grpc.aio.AioRpcError`."""
         return await self._answer(path, request, False, timeout)
 
     async def _answer(self, path: str, request: bytes, forwarded: bool,
                       timeout: float) -> bytes:
         method = self._methods[path]
-        shard_id = method.shard_of(request)
+        shard_id = _shard_of(method, request)
         member = self._member
         claims = current_caller().claims
         if claims.scoped:
@@ -122,7 +152,32 @@ class AppServices:
         FORWARDED.labels(path.rsplit("/", 1)[-1]).inc()
         call = member.channels.get(endpoint).unary_unary(
             path, request_serializer=None, response_deserializer=None)
-        answer: bytes = await call(request, timeout=timeout,
-                                   metadata=((FORWARDED_KEY, "1"),
-                                             *current_caller().metadata))
+        try:
+            answer: bytes = await call(request, timeout=timeout,
+                                       metadata=((FORWARDED_KEY, "1"),
+                                                 *current_caller().metadata))
+        except grpc.aio.AioRpcError as err:
+            refusal = _REFUSALS.get(err.code())
+            if refusal is not None:  # the primary's refusal of this caller
+                raise refusal(err.details() or err.code().name) from None
+            raise
         return answer
+
+
+_REFUSALS: dict[grpc.StatusCode, type[AuthError]] = {
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+}
+
+
+def _shard_of(method: _Method, request: bytes) -> str:
+    """The shard a request names, by the application's `shard_of`: whatever that raises
+    reading it (deeply nested JSON's RecursionError, say) is a `ValidationError`."""
+    try:
+        shard = method.shard_of(request)
+    except ValidationError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a request the application cannot read
+        raise ValidationError("request", f"cannot tell its shard ({type(err).__name__}: "
+                              f"{short_repr(str(err))})") from None
+    return names.validate_shard_id(shard, "shard")

@@ -16,7 +16,9 @@ With TLS (``--tls.cert-file``) the gateway serves HTTPS. With authorization on
 (``--auth.keys-file``) every journal request needs ``Authorization: Bearer <token>``
 granting ``append`` (PUT, POST) or ``read`` (GET) over the journal (its selector matched
 against the journal's labels): 401 without a valid token, 403 with one that does not
-grant the request, each with the reason. ``/metrics`` and ``/healthz`` stay open.
+grant the request, each with the reason. ``GET`` (and ``HEAD``) ``/metrics`` and
+``/healthz`` stay open; any other method on those paths is a journal request like any
+other (`gazette.cluster.http_app`).
 
 In a cluster, a journal this broker is not primary of (appends) or holds no replica of
 (reads) goes through `forward`, a client of this broker's own gRPC service, which
@@ -37,20 +39,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
 
 from gazette import names
-from gazette.auth import (
-    Authorizer,
-    Capability,
-    PermissionDenied,
-    Unauthenticated,
-    set_caller,
-)
+from gazette.auth import Authorizer, Caller, Capability
 from gazette.client import (
     RETRYABLE_STATUSES,
     AppendResult,
@@ -60,7 +56,7 @@ from gazette.client import (
     ReadChunk,
     Unavailable,
 )
-from gazette.cluster import CLOSED_DELETED, HttpRunner, add_ops_routes
+from gazette.cluster import CLOSED_DELETED, HttpRunner, http_app
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
@@ -89,8 +85,6 @@ STATUS_CODES = {
     "UNAUTHENTICATED": 401,
     "PERMISSION_DENIED": 403,
 }
-#: Paths anyone may get (probes and Prometheus carry no token).
-OPEN_PATHS = frozenset({"/metrics", "/healthz"})
 #: Bytes of request body handed to the replica at once.
 BODY_CHUNK = 256 << 10
 #: Bodies up to this size are held, so that an append refused while its journal's route
@@ -176,10 +170,8 @@ class HttpGateway:
         #: Journals with a spec that cannot be served yet, and why (503).
         self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.ready = ready
-        middlewares = [self._authorize] if authorizer is not None and authorizer.enabled \
-            else []
-        app = web.Application(client_max_size=1 << 20, middlewares=middlewares)
-        add_ops_routes(app, lambda: self.ready())
+        app = http_app(lambda: self.ready(), authorizer or Authorizer(None, {}),
+                       self._authorize)
         # Any character (a newline too): a bad name is refused naming the field.
         app.router.add_route("PUT", "/{journal:[\\s\\S]+}", self._append)
         app.router.add_route("POST", "/{journal:[\\s\\S]+}", self._append)
@@ -198,33 +190,18 @@ class HttpGateway:
         """Stop listening; requests in flight get `grace` seconds, then are cancelled."""
         await self._runner.cleanup()
 
-    @web.middleware
-    async def _authorize(self, request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                         ) -> web.StreamResponse:
+    def _authorize(self, request: web.Request, caller: Caller) -> None:
         """The caller's token must grant the request over its journal (see module doc);
-        the caller is then `current_caller()` for the handler and its forwards."""
-        if request.path in OPEN_PATHS:
-            return await handler(request)
-        assert self.authorizer is not None
+        one no route takes (a 404 or 405 to come) needs only a valid token."""
+        if "journal" not in request.match_info:
+            return
         journal = _journal(request)
-        try:
-            caller = self.authorizer.authenticate(request.headers.get("Authorization"))
-            need = Capability.READ if request.method in ("GET", "HEAD") \
-                else Capability.APPEND
-            caller.claims.require(need, f"{request.method} {journal}")
-            if caller.claims.scoped:
-                spec = self.spec_of(journal)
-                caller.require_scope(journal_labels(
-                    journal, spec.labels if spec is not None else EMPTY),
-                    f"journal {journal}")
-        except Unauthenticated as err:
-            raise HttpError(401, f"UNAUTHENTICATED: {err.reason}",
-                            {"WWW-Authenticate": 'Bearer realm="gazette"'}) from None
-        except PermissionDenied as err:
-            raise HttpError(403, f"PERMISSION_DENIED: {err.reason}") from None
-        set_caller(caller)
-        return await handler(request)
+        need = Capability.READ if request.method in ("GET", "HEAD") else Capability.APPEND
+        caller.claims.require(need, f"{request.method} {journal}")
+        if caller.claims.scoped:
+            spec = self.spec_of(journal)
+            caller.require_scope(journal_labels(
+                journal, spec.labels if spec is not None else EMPTY), f"journal {journal}")
 
     def _forwarded(self, request: web.Request, primary: bool) -> str:
         """The journal of `request` if it goes through `forward` (this broker is not its

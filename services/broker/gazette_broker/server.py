@@ -36,6 +36,7 @@ from gazette.cluster import (
     Channels,
     Membership,
 )
+from gazette.cluster.malformed import add_guarded
 from gazette.fragment import DEFAULT_MAX_PENDING_BYTES
 from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, Lease, apply_changes
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId, journal_changes_from_yaml
@@ -174,7 +175,9 @@ class BrokerServer:
                                  resolver=self.broker.resolver, channels=self.broker.channels,
                                  wait_serving=self.broker.wait_serving)
         add_journal_service(service, self.grpc_server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        # Malformed health checks too: INVALID_ARGUMENT naming the field.
+        add_guarded(health_pb2_grpc.add_HealthServicer_to_server, self.health,
+                    self.grpc_server)
         if cfg.http_port >= 0:
             # The gateway's calls carry its HTTP caller's token.
             self._forward = JournalClient(self.grpc_address,

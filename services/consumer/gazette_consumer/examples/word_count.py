@@ -39,7 +39,15 @@ from aiohttp import web
 from gazette.auth import PLAIN, auth_for, open_channel
 from gazette.client import AppendQueue, JournalClient
 from gazette.client.wire import parse_address
-from gazette.consumer import Application, AppServices, JSONFileStore, MemoryStore, Shard, Store
+from gazette.consumer import (
+    Application,
+    AppServices,
+    JSONFileStore,
+    MemoryStore,
+    NoShardPrimary,
+    Shard,
+    Store,
+)
 from gazette.errors import ValidationError
 from gazette.keyspace import CONSUMER_ROOT, Etcd, Layout
 from gazette.message import Envelope, JsonMessage, Partition, Publisher, fnv1a_32
@@ -131,8 +139,9 @@ class WordCount(Application):
                     answer = await services.call(COUNT_PATH, query)
                 except ValidationError as err:
                     return web.json_response({"error": str(err)}, status=400)
-                except Exception as err:  # noqa: BLE001 - no primary now, or it failed
+                except (NoShardPrimary, grpc.aio.AioRpcError) as err:  # none now, or it failed
                     return web.json_response({"error": str(err)}, status=503)
+                # (A refusal of the caller's token is the member's: 401 or 403.)
                 return web.Response(body=answer, content_type="application/json")
 
             services.http.router.add_get("/word-count/{word}", http_count)
