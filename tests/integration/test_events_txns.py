@@ -1,10 +1,12 @@
 """Events groups' transactions on a real broker, etcd and PostgreSQL: a transaction
 abandoned by a failed read is not handled twice when the shard runs again; an event id
-twice in one batch runs once."""
+twice in one batch runs once; a handler that reads a total and writes it back loses no
+update while events stream in (each transaction begins once the last one committed)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -13,10 +15,12 @@ import pytest
 from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Shard, ShardRunner
 from gazette.events import Event, Events, Kind, OnFailure, Topic
-from gazette.events.group import Group, GroupApp
+from gazette.events.catalog import Catalog
+from gazette.events.group import Group, GroupApp, app_name
 from gazette.events.handlers import Handler
+from gazette.keyspace import Etcd, Layout, apply_changes
 from gazette.message import Envelope, Publisher
-from gazette.protocol import ShardSource, ShardSpec
+from gazette.protocol import ShardSource, ShardSpec, SpecChange
 from gazette_broker import BrokerServer
 from tests.fixtures.abandoned import (
     HELD_OPEN,
@@ -113,3 +117,51 @@ async def test_an_event_id_twice_in_one_batch_runs_once(
     async with await psycopg.AsyncConnection.connect(pg_database.dsn) as c:
         cur = await c.execute("SELECT event_id, count(*) FROM effects GROUP BY event_id")
         assert dict(await cur.fetchall()) == {"a": 1, "b": 1, "c": 1, "last": 1}
+
+
+async def test_a_read_modify_write_handler_keeps_exact_totals_under_load(
+        broker_server: BrokerServer, etcd_server: EtcdServer, consumer_root: str,
+        pg_database: PgDatabase, client: JournalClient) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_database.dsn, autocommit=True) as c:
+        await c.execute("CREATE TABLE totals (customer TEXT PRIMARY KEY, cents BIGINT)")
+    handled = 0
+
+    async def add(tx: Any, event: Event[Order]) -> None:
+        nonlocal handled
+        cur = await tx.execute("SELECT cents FROM totals WHERE customer = %s",
+                               (event.payload.customer,))
+        row = await cur.fetchone()
+        cents = (row[0] if row else 0) + event.payload.amount
+        await tx.execute("INSERT INTO totals VALUES (%s, %s) ON CONFLICT (customer) DO "
+                         "UPDATE SET cents = excluded.cents", (event.payload.customer, cents))
+        handled += 1
+
+    # Under load, short transactions: each closes while the one before may still commit.
+    await Catalog(client).partitions(CLICKS)  # the topic's journal, for the shard
+    etcd = Etcd(etcd_server.endpoint)
+    await etcd.connect()
+    try:
+        await apply_changes(etcd, Layout.consumer_app(app_name("ledger"), consumer_root), [
+            SpecChange("clicks/part-000", 0, ShardSpec("clicks/part-000", (ShardSource(PART),),
+                                                       max_txn_duration=timedelta(
+                                                           milliseconds=1)))])
+    finally:
+        await etcd.close()
+    async def audit(event: Event[Order]) -> None:
+        if event.payload.id % 10 == 0 and not event.attempt:
+            raise RuntimeError("later")  # a commit waits for its retries' appends
+
+    events = new_events(broker_server, etcd_server, consumer_root, dsn=pg_database.dsn)
+    events.exactly_once("ledger", CLICKS, add)
+    events.idempotent("ledger", CLICKS, audit, on_failure=OnFailure.RETRY_LATER)
+    expected: dict[str, int] = {}
+    async with events:
+        for burst in range(40):  # a stream: transactions close and begin under load
+            orders = [Order(id=i, customer=f"c{i % 3}", amount=burst + 1) for i in range(50)]
+            for o in orders:
+                expected[o.customer] = expected.get(o.customer, 0) + o.amount
+            await events.produce(CLICKS, *orders)
+        await eventually(lambda: handled == 2000, "every event handled", timeout=60)
+    async with await psycopg.AsyncConnection.connect(pg_database.dsn) as c:
+        cur = await c.execute("SELECT customer, cents FROM totals")
+        assert dict(await cur.fetchall()) == expected

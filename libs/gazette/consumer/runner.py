@@ -16,7 +16,9 @@ Transactions then run one after another, each:
 - closes: ``finalize_txn``, then the checkpoint (offsets read through, producer states,
   the ACK intents of what the transaction published) goes to the store's commit, which
   first waits for the transaction's appends. The next transaction runs meanwhile
-  (pipelined); once the commit is done the ACKs are appended, and the next commit waits
+  (pipelined), unless the store says its transactions read what the last one wrote
+  (``pipelined = False``, `SQLStore`'s default): the next one then begins once the
+  commit is done. Once the commit is done the ACKs are appended, and the next commit waits
   for them (a checkpoint never drops intents whose ACKs are not yet written). What the
   next transaction publishes meanwhile is held back and appended after those ACKs: an
   ACK read after its producer's messages of larger clocks would roll them back.
@@ -353,12 +355,17 @@ class ShardRunner:
         replay = self._replay(framings)
         max_txn = self.spec.max_txn_duration.total_seconds()
         min_txn = self.spec.min_txn_duration.total_seconds()
+        pipelined = getattr(store, "pipelined", True)
         previous: asyncio.Future[None] | None = None
+        commit: asyncio.Future[None] | None = None
         while True:
             batch = await self._first(queue, previous)
             envelopes = await self._sequence(batch, sequencer, replay, offsets)
             if not envelopes:
                 continue  # nothing committed yet: no transaction (the offsets go with the next)
+            if not pipelined and commit is not None and not commit.done():
+                await asyncio.wait({commit})  # its reads must see the last commit's writes
+                commit.result()  # a failed commit fails the run here
             started = loop.time()
             shard.txn = app.txn_state(shard)  # nothing of an abandoned transaction's
             await _maybe(app.begin_txn(shard, store))

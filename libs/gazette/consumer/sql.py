@@ -7,8 +7,14 @@ the same transaction, guarded by the shard's fence. `restore_checkpoint` increme
 fence, so once a new primary has restored, a zombie primary's commit finds the fence
 moved, fails (`StoreFenced`), and rolls back everything it did: its effects never land.
 
-Transactions are pipelined over two connections: while one commits, the next consumer
-transaction runs on the other. psycopg 3 is the driver: measured against asyncpg on this
+Two connections take turns: while one commits, the next consumer transaction may run on
+the other. Under READ COMMITTED that transaction reads rows as they were before the
+commit under way, so a read-then-write (SELECT a total, UPDATE it) would overwrite what
+the commit wrote: by default (`pipelined` false) the next transaction begins only once
+the commit is done. An application whose statements never read what the previous
+transaction wrote (upserts that add, ``n = t.n + excluded.n``, which wait for the row's
+lock and then see the committed row; values kept in memory) may say ``pipelined=True``.
+psycopg 3 is the driver: measured against asyncpg on this
 pattern (`benchmarks/sql_drivers.py`) the two are equal, the round trip per statement
 being the cost, and psycopg is a dependency already (its pipeline mode is the lever).
 
@@ -44,13 +50,17 @@ class StoreFenced(GazetteError):
 
 
 class SQLStore:
-    """The store of shard `shard_fqn` in the PostgreSQL database at `dsn`."""
+    """The store of shard `shard_fqn` in the PostgreSQL database at `dsn`; with
+    `pipelined`, a transaction runs while the one before commits (see above)."""
 
     def __init__(self, dsn: str, shard_fqn: str, *, table: str = "gazette_checkpoints",
-                 statement_timeout: float = STATEMENT_TIMEOUT) -> None:
+                 statement_timeout: float = STATEMENT_TIMEOUT, pipelined: bool = False
+                 ) -> None:
         if not shard_fqn:
             raise ValidationError("shard_fqn", "must not be empty")
         self.dsn, self.shard_fqn = dsn, shard_fqn
+        #: Read by the runner: whether the next transaction may run during a commit.
+        self.pipelined = pipelined
         self.table = sql.Identifier(validate_token(table, "table", "_", 1, 63))
         #: The advisory lock under which restores make the table (see restore_checkpoint).
         self._create_lock = zlib.crc32(f"gazette-checkpoints:{table}".encode())
@@ -103,7 +113,7 @@ class SQLStore:
     def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
                      ) -> asyncio.Future[None]:
         """Commit the open transaction with `checkpoint`, once `wait_for` are done; the
-        next transaction runs on the other connection meanwhile."""
+        next transaction uses the other connection."""
         conn = self.connection
         self._current = 1 - self._current
         data = checkpoint.encode()

@@ -7,7 +7,10 @@ of their atomic commit, which first waits for `wait_for` (the appends of the mes
 transaction published: their ACKs are in the checkpoint, so those appends must be durable
 before it is). The next transaction runs while the commit does (the runtime never starts
 a second commit before the first is done), so a store must not let that transaction's
-changes leak into the commit under way.
+changes leak into the commit under way. A store whose transactions would read state as
+it was before the commit under way (a database's other connection) says
+``pipelined = False``: the runtime then begins the next transaction once the commit is
+done.
 
 `restore_checkpoint()` is called once, before the shard's first transaction: it returns
 the last committed checkpoint (empty if none) and, for stores shared between processes,

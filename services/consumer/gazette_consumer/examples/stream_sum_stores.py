@@ -26,6 +26,10 @@ class SqlSums:
     row read from the database could miss the commit still under way (and a failed
     commit ends the run, and this store with it)."""
 
+    #: Nothing a transaction reads comes from the database: the next one may run while
+    #: the last one commits (`SQLStore`).
+    pipelined = True
+
     def __init__(self, dsn: str, app: str, shard: str) -> None:
         from gazette.consumer.sql import SQLStore  # psycopg: only when it is used
 
