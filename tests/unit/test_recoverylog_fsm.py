@@ -154,6 +154,30 @@ def test_playback_from_hints_skips_deleted_files() -> None:
     assert player.links == {"keep": 1, "new": after.seq_no}
 
 
+def test_hints_play_a_compaction_that_deletes_an_old_file_after_the_new_ones_last_write(
+        ) -> None:
+    """Write a new file, then delete the old one: the hints name only the new file, yet
+    the old one's unlink comes after the new one's last operation. A player from them
+    skips the old file whole (it never made it), not only up to the new one's end."""
+    log = Log()
+    old = log.op(Kind.CREATE, path="sst-1")                        # 1
+    log.op(Kind.WRITE, fnode=old.seq_no, length=3, data=b"old")    # 2
+    new = log.op(Kind.CREATE, path="sst-2")                        # 3
+    log.op(Kind.WRITE, fnode=new.seq_no, length=3, data=b"new")    # 4
+    log.op(Kind.LINK, fnode=old.seq_no, path="sst-1.bak")          # 5: still the old one's
+    log.op(Kind.UNLINK, fnode=old.seq_no, path="sst-1")            # 6
+    log.op(Kind.UNLINK, fnode=old.seq_no, path="sst-1.bak")        # 7: it is dead
+    hints = log.fsm.hints("log")
+    assert set(hints.live_nodes) == {new.seq_no}
+    log.op(Kind.CREATE, path="sst-1")                              # 8: the name reused
+    player = FSM(hints)
+    played = [(op.seq_no, player.apply(op)) for op, _ in decode_all(bytes(log.raw), 64)
+              if op.seq_no >= hints.segments()[0].first_seq_no]
+    assert played == [(3, True), (4, True), (5, False), (6, False), (7, False),
+                      (8, True)]
+    assert player.links == {"sst-2": new.seq_no, "sst-1": 8}
+
+
 def test_malformed_hints_are_refused_with_the_field() -> None:
     with pytest.raises(ValidationError, match="not JSON"):
         Hints.decode(b"{nope")

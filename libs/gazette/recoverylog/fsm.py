@@ -142,7 +142,7 @@ class FSM:
         #: Hinted segments not yet read, in order; the fnodes they keep.
         self.pending: list[Segment] = []
         self.hinted: set[int] = set()
-        #: Through this sequence number, only hinted fnodes' operations are played.
+        #: Fnodes made through this sequence number are played only if hinted.
         self.hinted_through = 0
         if hints is not None and hints.live_nodes:
             self.pending = hints.segments()
@@ -165,9 +165,10 @@ class FSM:
         while self.pending and op.seq_no > self.pending[0].last_seq_no:
             self.pending.pop(0)
         fnode = op.seq_no if op.kind is Kind.CREATE else op.fnode
-        # Within the hints, operations of fnodes they do not name wrote files deleted
-        # since (their creation may not even have been read): skipped.
-        live = op.kind is Kind.NOOP or op.seq_no > self.hinted_through or \
+        # An fnode made within the hints that they do not name was deleted before they
+        # were taken (its creation may not even have been read): its operations are
+        # skipped, even those after the hinted files' last one (its unlink, say).
+        live = op.kind is Kind.NOOP or fnode > self.hinted_through or \
             fnode in self.hinted or fnode in self.live
         if live:
             self._effect(op, fnode)
