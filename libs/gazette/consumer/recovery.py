@@ -10,28 +10,36 @@ back when one fails (a fragment pruned, a hint past the log's end); with no hint
 all, from the log's start.
 
 Hints are written by the primary every `HINTS_INTERVAL` seconds (after a commit) and
-when the shard stops here; on each recovery the hints it started from become
-``.backup.1`` (older backups shift down) and the new primary's, ``.primary``. Hints
-only ever describe committed log content, so older ones stay valid (they just play
-more); pruning keeps every fragment that any of them needs.
+when the shard stops here; on each recovery the primary hints become ``.backup.1``
+(older backups shift down) and the new primary's, ``.primary``. Hints only ever
+describe committed log content, so older ones stay valid (they just play more); pruning
+keeps every fragment that any of them needs. Yet stored hints never move backwards: a
+write of hints taken earlier in the log than the stored ones (a fenced primary's last
+hints, written after its successor's) is skipped.
+
+Each incarnation of a shard on a member (a run as primary, a hot standby) plays into a
+folder of its own (`Recovery.claim`): one left behind still running (its stop timed
+out) never shares a folder with the next, nor removes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import secrets
 import shutil
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import Counter
 
 from gazette.client import JournalClient
 from gazette.errors import GazetteError, ValidationError
-from gazette.keyspace import Etcd, Txn
+from gazette.keyspace import Etcd, KeyValue, Txn, TxnConflict
 from gazette.protocol import ShardSpec
 from gazette.recoverylog import Hints, PlaybackError, Player, Progress, RecordedFolder
 
@@ -56,44 +64,67 @@ def new_author() -> int:
     return secrets.randbits(32) or 1
 
 
+def _decoded(spec: ShardSpec, key: str, kv: KeyValue | None) -> Hints | None:
+    """The hints stored at `key` (None: absent or unusable, which is logged)."""
+    if kv is None or not kv.value:
+        return None
+    try:
+        hints = Hints.decode(kv.value, key)
+        if hints.log != spec.recovery_log:
+            raise ValidationError(f"{key}.log", f"names log {hints.log}, not the "
+                                  f"shard's {spec.recovery_log}")
+    except ValidationError as err:
+        log.warning("shard %s: ignoring hints: %s", spec.id, err)
+        return None
+    return hints
+
+
 async def load_hints(etcd: Etcd, spec: ShardSpec) -> list[tuple[str, Hints | None]]:
     """Each hint key of the shard (primary, then backups) with its hints (None: absent
     or unusable, which is logged)."""
-    log_name = spec.recovery_log
-    out: list[tuple[str, Hints | None]] = []
-    for key in spec.hint_keys:
-        _, kv = await etcd.get(key)
-        hints = None
-        if kv is not None and kv.value:
-            try:
-                hints = Hints.decode(kv.value, key)
-                if hints.log != log_name:
-                    raise ValidationError(f"{key}.log", f"names log {hints.log}, not the "
-                                          f"shard's {log_name}")
-            except ValidationError as err:
-                log.warning("shard %s: ignoring hints: %s", spec.id, err)
-                hints = None
-        out.append((key, hints))
-    return out
+    return [(key, _decoded(spec, key, (await etcd.get(key))[1])) for key in spec.hint_keys]
+
+
+#: Writes of hints that lost a race with another writer, at most, before giving up.
+HINT_WRITE_ATTEMPTS = 8
 
 
 async def store_hints(etcd: Etcd, spec: ShardSpec, hints: Hints, *,
-                      rotate_from: list[tuple[str, Hints | None]] | None = None) -> None:
-    """Write `hints` as the shard's primary hints; with `rotate_from` (the keys as
-    loaded), the old primary becomes backup 1 and each backup moves down one."""
-    keys = spec.hint_keys
-    txn = Txn().put(keys[0], hints.encode())
-    if rotate_from is not None:
-        older = [h for _, h in rotate_from]
-        for key, previous in zip(keys[1:], older, strict=False):
-            if previous is not None:
-                txn.put(key, previous.encode())
-    try:
-        await txn.commit(etcd)
-    except BaseException:
-        HINT_WRITES.labels("error").inc()
-        raise
-    HINT_WRITES.labels("ok").inc()
+                      rotate: bool = False) -> bool:
+    """Write `hints` as the shard's primary hints, unless the stored ones were taken
+    later in the log (then False: they stay). With `rotate`, the primary hints become
+    backup 1 and each backup moves down one. Guarded by the keys' revisions, read anew
+    when another writer got there first."""
+    keys = spec.hint_keys if rotate else spec.hint_keys[:1]
+    for _ in range(HINT_WRITE_ATTEMPTS):
+        kvs = [(await etcd.get(key))[1] for key in keys]
+        usable = [_decoded(spec, key, kv) is not None for key, kv in zip(keys, kvs,
+                                                                         strict=True)]
+        stored = _decoded(spec, keys[0], kvs[0]) if usable[0] else None
+        if stored is not None and stored.through > hints.through:
+            HINT_WRITES.labels("stale").inc()
+            log.info("shard %s: hints through operation %d not stored: etcd has hints "
+                     "through %d", spec.id, hints.through, stored.through)
+            return False
+        txn = Txn()
+        for key, kv in zip(keys, kvs, strict=True):
+            txn.expect(key, kv.mod_revision if kv is not None else 0)
+        txn.put(keys[0], hints.encode())
+        for key, previous, ok in zip(keys[1:], kvs, usable, strict=False):
+            if ok and previous is not None:
+                txn.put(key, previous.value)
+        try:
+            await txn.commit(etcd)
+        except TxnConflict:
+            continue  # another writer's hints: compare with those
+        except BaseException:
+            HINT_WRITES.labels("error").inc()
+            raise
+        HINT_WRITES.labels("ok").inc()
+        return True
+    HINT_WRITES.labels("error").inc()
+    raise GazetteError(f"shard {spec.id}: hints not stored: other writers changed them "
+                       f"{HINT_WRITE_ATTEMPTS} times meanwhile")
 
 
 @dataclass
@@ -103,6 +134,28 @@ class Recovery:
 
     etcd: Etcd
     local_dir: Path
+    #: Folders held by incarnations of shards here (`claim`, `release`).
+    _claimed: set[Path] = field(default_factory=set, init=False, repr=False)
+    _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1),
+                                           init=False, repr=False)
+
+    def claim(self, shard: str) -> Path:
+        """A folder for one incarnation of `shard` here (a run as primary, a hot
+        standby), which no other incarnation plays into or removes until `release`."""
+        while True:
+            folder = shard_folder(self.local_dir, shard) / str(next(self._numbers))
+            if folder not in self._claimed:
+                self._claimed.add(folder)
+                return folder
+
+    async def release(self, folder: Path) -> None:
+        """The incarnation is over: its folder is removed, and free for another."""
+        try:
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+            with contextlib.suppress(OSError):  # the shard's, once no incarnation's
+                await asyncio.to_thread(folder.parent.rmdir)
+        finally:
+            self._claimed.discard(folder)
 
 
 async def recover(client: JournalClient, etcd: Etcd, spec: ShardSpec, root: Path,
@@ -137,7 +190,8 @@ async def recover(client: JournalClient, etcd: Etcd, spec: ShardSpec, root: Path
             continue
         folder = RecordedFolder(root, recorder)
         folder.hints = recorder.hints()
-        await store_hints(etcd, spec, folder.hints, rotate_from=loaded)
+        # (Not stored if a later primary's are: this one is fenced out already.)
+        await store_hints(etcd, spec, folder.hints, rotate=True)
         log.info("shard %s: recovered from %s: %d bytes of %s played", spec.id, where,
                  player.progress.played, log_name)
         return folder
@@ -146,7 +200,7 @@ async def recover(client: JournalClient, etcd: Etcd, spec: ShardSpec, root: Path
 
 
 class Standby:
-    """A hot standby of a shard: plays its recovery log into the shard's folder and
+    """A hot standby of a shard: plays its recovery log into a folder of its own and
     keeps tailing it, so that, made primary, it hands off with little left to play.
     `on_progress` is told of playback, `on_ready` once it has caught up."""
 
@@ -155,32 +209,43 @@ class Standby:
                  on_ready: Callable[[], None] | None = None) -> None:
         self.client, self.recovery, self.spec = client, recovery, spec
         self.on_progress, self.on_ready = on_progress, on_ready
-        self.player: Player | None = None
+        self.player: Player | None = None  # once it has caught up
+        self._player: Player | None = None
+        self.root = recovery.claim(spec.id)
         self._stop = asyncio.Event()
+        self._released = False
 
     async def run(self) -> None:
-        """Play, then tail until `stop()`; a failure is raised (the shard shows it)."""
+        """Play, then tail until `stop()` (its player and folder then go to the primary
+        that `stop` was called for); a failure is raised (the shard shows it), and a
+        failed or cancelled standby gives up its folder itself, once its playback has
+        stopped writing there."""
         spec, log_name = self.spec, self.spec.recovery_log
         assert log_name is not None
-        loaded = await load_hints(self.recovery.etcd, spec)
-        hints = next((h for _, h in loaded if h is not None), None)
-        player = Player(self.client, log_name,
-                        shard_folder(self.recovery.local_dir, spec.id), hints,
-                        name=f"shard {spec.id}")
-        player.on_progress = self.on_progress
-        await player.play()
-        self.player = player
-        if self.on_ready is not None:
-            self.on_ready()
-        await player.tail(self._stop)
+        try:
+            loaded = await load_hints(self.recovery.etcd, spec)
+            hints = next((h for _, h in loaded if h is not None), None)
+            player = self._player = Player(self.client, log_name, self.root, hints,
+                                           name=f"shard {spec.id}")
+            player.on_progress = self.on_progress
+            await player.play()
+            self.player = player
+            if self.on_ready is not None:
+                self.on_ready()
+            await player.tail(self._stop)
+        except BaseException:
+            await self.discard()
+            raise
 
     def stop(self) -> None:
         self._stop.set()
 
     async def discard(self) -> None:
-        """It is not needed any more (stopped, not made primary): close its files and
-        remove its folder."""
-        if self.player is not None:
-            await self.player.finish()
-        await asyncio.to_thread(shutil.rmtree,
-                                shard_folder(self.recovery.local_dir, self.spec.id), True)
+        """It is not needed any more (not made primary, its `run` over): close its files
+        and give up its folder."""
+        if self._released:
+            return
+        self._released = True
+        if self._player is not None:
+            await self._player.finish()
+        await self.recovery.release(self.root)

@@ -35,7 +35,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -49,12 +48,10 @@ from gazette.consumer.recovery import (
     HINTS_TIMEOUT,
     Recovery,
     recover,
-    shard_folder,
     store_hints,
 )
 from gazette.consumer.store import Store
 from gazette.errors import GazetteError
-from gazette.keyspace import EtcdError
 from gazette.message import (
     AckIntent,
     AppendClient,
@@ -201,7 +198,10 @@ class ShardRunner:
         if self.recovery is None:
             raise GazetteError(f"shard {self.spec.id} has a recovery log, but the runner "
                                "was given no recovery (etcd, local folder)")
-        root = shard_folder(self.recovery.local_dir, self.spec.id)
+        # A folder of this run's own (a hot standby's, if it hands off from one): one
+        # left behind by an earlier run, still running, never touches it.
+        root = self.standby.root if self.standby is not None else \
+            self.recovery.claim(self.spec.id)
         try:
             folder = self.shard.folder = await recover(
                 self.client, self.recovery.etcd, self.spec, root, self.on_progress,
@@ -220,7 +220,7 @@ class ShardRunner:
                 await self._store_last_hints(folder)
         finally:
             self.shard.folder = None
-            await asyncio.to_thread(shutil.rmtree, root, True)
+            await self.recovery.release(root)
 
     async def _keep_hints(self, folder: RecordedFolder) -> None:
         """Write the store's hints to etcd every `HINTS_INTERVAL` (if they changed); a
@@ -236,7 +236,7 @@ class ShardRunner:
                 async with asyncio.timeout(HINTS_TIMEOUT):
                     await store_hints(self.recovery.etcd, self.spec, hints)
                 written = hints
-            except (EtcdError, TimeoutError) as err:
+            except (GazetteError, TimeoutError) as err:  # etcd's, or writers racing
                 log.warning("shard %s: writing hints failed (tried again in %.0f s): %s",
                             self.spec.id, HINTS_INTERVAL, err or "timed out")
 

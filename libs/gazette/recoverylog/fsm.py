@@ -48,15 +48,20 @@ class Segment:
 @dataclass
 class Hints:
     """What a player needs to rebuild the files: the log, and each live fnode's
-    segments (an empty list: play the log from its start)."""
+    segments (an empty list: play the log from its start). `through`: the sequence
+    number of the log's last operation when they were taken (0: not known), which
+    orders hints of one log: later ones never give way to earlier ones."""
 
     log: str
     live_nodes: dict[int, list[Segment]] = field(default_factory=dict)
+    through: int = 0
 
     def encode(self) -> bytes:
-        doc = {"log": self.log, "live_nodes": [
+        doc: dict[str, Any] = {"log": self.log, "live_nodes": [
             {"fnode": f, "segments": [asdict(s) for s in segs]}
             for f, segs in sorted(self.live_nodes.items())]}
+        if self.through:
+            doc["through"] = self.through
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -78,11 +83,14 @@ class Hints:
                     raise ValidationError(f"{where}.live_nodes[{node['fnode']}]",
                                           "segments out of order")
                 nodes[int(node["fnode"])] = segs
+            through = int(doc.get("through", 0))
+            if through < 0:
+                raise ValidationError(f"{where}.through", "must not be negative")
         except (KeyError, TypeError, ValueError) as err:
             if isinstance(err, ValidationError):
                 raise
             raise ValidationError(where, f"malformed hints: {err!r}") from None
-        return cls(log, nodes)
+        return cls(log, nodes, through)
 
     def to_pb(self) -> rpb.FSMHints:
         """As GetHints answers them."""
@@ -220,7 +228,7 @@ class FSM:
     def hints(self, log: str) -> Hints:
         """Hints that rebuild the live files as of now."""
         return Hints(log, {f: [Segment(**asdict(s)) for s in node.segments]
-                           for f, node in self.live.items()})
+                           for f, node in self.live.items()}, self.next_seq_no - 1)
 
     def paths(self, fnode: int) -> set[str]:
         node = self.live.get(fnode)

@@ -23,11 +23,15 @@ from prometheus_client import Counter
 
 from gazette.client import AppendUncertain, BrokerError, JournalClient
 from gazette.errors import GazetteError
+from gazette.labels import LabelSet, Selector
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
 from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, record
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
 
 log = logging.getLogger(__name__)
+
+#: Registers of a log no writer has taken (no author).
+_UNTAKEN = Selector(exclude=LabelSet([(AUTHOR_LABEL, "")]))
 
 #: Hand-off appends whose outcome was lost, at most, before `handoff` gives up.
 HANDOFF_ATTEMPTS = 8
@@ -66,12 +70,16 @@ class Player:
         self._fds: dict[int, int] = {}  # fnode -> open file
         self._paths: dict[int, set[Path]] = {}  # fnode -> its paths on disk
         self._prepared = False
+        #: Set once the files may differ from the FSM (a write failed): no more playing.
+        self._broken: PlaybackError | None = None
 
     def _error(self, offset: int, what: str) -> PlaybackError:
         return PlaybackError(f"{self.name}: playing recovery log {self.log} at offset "
                              f"{offset}: {what}")
 
     async def _prepare(self) -> None:
+        if self._broken is not None:
+            raise self._broken
         if not self._prepared:
             await asyncio.to_thread(_empty_folder, self.root)
             self._prepared = True
@@ -131,11 +139,7 @@ class Player:
                     raise self._error(err.offset, err.reason) from None
                 effects = self._sequence(frames)
                 if effects:
-                    try:
-                        await asyncio.to_thread(self._apply, effects)
-                    except OSError as err:
-                        raise self._error(decoder.offset, f"writing the files: {err}") \
-                            from None
+                    await self._applied(effects, decoder.offset)
                 self.offset = decoder.offset
                 PLAYED_BYTES.inc(len(chunk.content))
                 self.progress.played += len(chunk.content)
@@ -144,6 +148,28 @@ class Player:
         if end and decoder.offset < end:
             where = "a frame is cut off" if decoder.pending else "the log ends early"
             raise self._error(decoder.offset, f"{where} (expected content up to {end})")
+
+    async def _applied(self, effects: list[tuple[Op, bytes, int]], offset: int) -> None:
+        """Play `effects` (the FSM has taken them) in a worker thread, through `offset`.
+        A cancellation waits for the thread: the files must be as the FSM says before
+        anyone else touches them (a standby's hand-off), and `offset` must follow the
+        FSM (else what it took would be read again, out of sequence)."""
+        applying = asyncio.ensure_future(asyncio.to_thread(self._apply, effects))
+        try:
+            await asyncio.shield(applying)
+        except asyncio.CancelledError:
+            while not applying.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({applying})
+            if applying.exception() is None:
+                self.offset = offset
+            else:
+                self._broken = self._error(offset, f"writing the files: "
+                                           f"{applying.exception()}")
+            raise
+        except OSError as err:
+            self._broken = self._error(offset, f"writing the files: {err}")
+            raise self._broken from None
 
     def _sequence(self, frames: list[tuple[Op, bytes]]) -> list[tuple[Op, bytes, int]]:
         """Run frames through the FSM; the file effects to play, with each one's fnode."""
@@ -189,29 +215,41 @@ class Player:
                     os.close(self._fds.pop(fnode))
 
     async def handoff(self, author: int) -> Recorder:
-        """Make this process the log's writer: play to the head, append a no-op there
-        that puts `author` in the log's registers (removing any other author), and
-        return the recorder that goes on from it. A writer that appends meanwhile only
-        makes this play further and try again, as does an append whose outcome was lost
-        (if it landed, it is played: the next no-op follows it)."""
-        uncertain = 0
+        """Make this process the log's writer: play to the head, append a no-op exactly
+        there that puts `author` in the log's registers (removing any other author), and
+        return the recorder that goes on from it. A no-op that would not land at the
+        head played to is refused (a writer appended meanwhile, or took the empty log
+        first): this plays what it wrote and tries again after it, as after an append
+        whose outcome was lost (if it landed, it is played: the next no-op follows it)."""
+        uncertain, refused_at = 0, -1
         while True:
             head = await self.play()
+            if head == refused_at:
+                raise self._error(head, "the hand-off's no-op was refused, yet nothing "
+                                  "was appended (an author in the registers of an empty "
+                                  "log?)")
             frame, op = record(Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
                                author, head)
             try:
                 registers = (await self.client.append(self.log, b"")).registers
                 authors = registers - registers.without(AUTHOR_LABEL)  # earlier writers'
+                # The broker checks no offset 0 ("expect an empty journal" cannot be
+                # said); a log no writer has taken names no author.
                 result = await self.client.append(
-                    self.log, frame, offset=head, union_registers=fence(author),
-                    subtract_registers=authors - fence(author))
+                    self.log, frame, offset=head,
+                    check_registers=_UNTAKEN if head == 0 else None,
+                    union_registers=fence(author), subtract_registers=authors - fence(author))
             except BrokerError as err:
-                if err.status == "WRONG_APPEND_OFFSET":
-                    continue  # someone appended after our read: play that too
+                if err.status in ("WRONG_APPEND_OFFSET", "REGISTER_MISMATCH"):
+                    log.info("%s: handing off recovery log %s at %d: another writer came "
+                             "first (%s); playing what it wrote", self.name, self.log, head,
+                             err.status)
+                    refused_at = head if err.status == "REGISTER_MISMATCH" else -1
+                    continue
                 raise
             except AppendUncertain as err:
-                # (One at offset 0, where the broker checks no offset: the client cannot
-                # resolve it.)
+                # (One at offset 0 cannot be resolved by the client: the broker checks
+                # no offset there.)
                 uncertain += 1
                 if uncertain >= HANDOFF_ATTEMPTS:
                     raise
@@ -219,7 +257,14 @@ class Player:
                             self.name, self.log, err)
                 await asyncio.sleep(min(0.1 * 2 ** uncertain, 2.0))  # backoff
                 continue
-            self.fsm.apply(op)  # it landed at `head`: the append said so
+            if result.commit.begin != head:
+                # After content never played (not a recorder's: it would name an
+                # author). Out of sequence there, our no-op is skipped by every reader.
+                log.warning("%s: the hand-off's no-op of recovery log %s landed at %d, "
+                            "not at %d; playing it again", self.name, self.log,
+                            result.commit.begin, head)
+                continue
+            self.fsm.apply(op)
             self.offset = result.commit.end
             await asyncio.to_thread(self._close_files)
             return Recorder(self.client, self.log, self.fsm, author, result.commit.end)
