@@ -24,6 +24,8 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.broker",
     "tests.fixtures.consumer",
+    "tests.fixtures.fuzz",
+    "tests.fixtures.member_wire",
     "tests.fixtures.kube",
     "tests.fixtures.helm",
     "tests.fixtures.spark",

@@ -54,7 +54,7 @@ import itertools
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -62,17 +62,31 @@ from urllib.parse import quote
 import aiohttp
 import grpc
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 from yarl import URL
 
 from gazette import names
 from gazette.cluster import IDLE_TIMEOUT, LISTEN_BACKLOG
-from gazette.errors import ValidationError
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import labels_from_pb, selector_from_pb
+from tests.fixtures.fuzz import (
+    BAD_UTF8,
+    DEADLINE,
+    FLOODS,
+    ODD,
+    bad_bytes,
+    counts,
+    cut_after,
+    expected_refusal,
+    http_floods,
+    hypothesis_examples,
+    ld,
+    mutate,
+    odd_text,
+    raw_http,
+    watched,
+)
 from tests.fixtures.wire import (
     BrokerProcess,
     RawH2,
@@ -107,8 +121,6 @@ CHECK = "fuzz/check"
 IDLE = "fuzz/idle"
 SERVICE = pb.DESCRIPTOR.services_by_name["Journal"]
 METHOD_PREFIX = f"/{SERVICE.full_name}/"
-#: A normal request's deadline: anything slower is a hang.
-DEADLINE = 10.0
 #: How long a request that may legitimately wait (a blocking read, a watch) is given.
 WAITING_DEADLINE = 1.0
 #: Memory the broker may gain during a case (MiB); each case asserts its own ceiling.
@@ -144,31 +156,10 @@ def own_broker(etcd_server: EmbeddedEtcd, tmp_path: Path,
         yield proc
 
 
-@pytest.fixture
-def report(capsys: pytest.CaptureFixture[str]) -> Callable[..., None]:
-    """Print a case's summary line where CI logs show it (even with -q)."""
-    def emit(case: str, inputs: int, wrong: int, detail: str = "") -> None:
-        with capsys.disabled():
-            print(f"\nfuzz {case}: {inputs} inputs, {wrong} served wrongly"
-                  + (f" ({detail})" if detail else ""), flush=True)
-    return emit
-
-
-@contextlib.asynccontextmanager
-async def case(broker: BrokerProcess) -> AsyncIterator[dict[str, float]]:
-    """Around a case: the broker's memory before; after, it is alive, logged no
-    traceback, and serves a normal append and read. Yields a dict the case may read
-    ``rss`` (MiB at the start) and ``start`` (monotonic) from."""
-    assert broker.alive(), broker.tail()
-    offset = broker.log_size()
-    info = {"rss": broker.rss_mib(), "start": time.monotonic()}
-    yield info
-    assert broker.alive(), f"the broker died:\n{broker.tail()}"
-    info["serve_seconds"] = await assert_still_serving(broker)
-    logged = broker.log_since(offset)
-    bad = [line for line in logged.splitlines()
-           if "Traceback" in line or " ERROR " in line or "Unexpected [" in line]
-    assert not bad, "the broker logged:\n" + "\n".join(bad[:20])
+def case(broker: BrokerProcess) -> contextlib.AbstractAsyncContextManager[dict[str, float]]:
+    """Around a case (`watched`): after it, the broker is alive, logged no traceback,
+    and serves a normal append and read."""
+    return watched(broker, lambda: assert_still_serving(broker))
 
 
 async def assert_still_serving(broker: BrokerProcess, deadline: float = DEADLINE) -> float:
@@ -192,25 +183,6 @@ async def assert_still_serving(broker: BrokerProcess, deadline: float = DEADLINE
         async with http.get(f"{broker.http_url}/{CHECK}?offset={begin}&end_offset={end}") as r:
             assert r.status == 200 and await r.read() == line
     return time.monotonic() - start
-
-
-def hypothesis_examples(strategy: st.SearchStrategy[Any], count: int) -> list[Any]:
-    """`count` examples of `strategy`, the same on every run (derandomized): drawn
-    up front, so that they can be sent to the broker concurrently."""
-    out: list[Any] = []
-
-    @settings(max_examples=count, deadline=None, derandomize=True, database=None,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(example: Any) -> None:
-        out.append(example)
-
-    collect()
-    return out
-
-
-def counts(codes: collections.Counter[str]) -> str:
-    return ", ".join(f"{code} {n}" for code, n in codes.most_common())
 
 
 # -- 1. malformed protobuf ----------------------------------------------------------------
@@ -260,40 +232,6 @@ def _seeds() -> dict[str, list[list[bytes]]]:
     }
 
 
-def _mutate(rnd: random.Random, data: bytes, others: list[bytes]) -> bytes:
-    """`data` with one random mutation: bit flips, bytes replaced, inserted, deleted,
-    duplicated, truncated, a varint-like run, or spliced with another message."""
-    out = bytearray(data)
-    op = rnd.randrange(9)
-    at = rnd.randrange(len(out) + 1)
-    if op == 0 and out:
-        for _ in range(rnd.randint(1, 4)):
-            i = rnd.randrange(len(out))
-            out[i] ^= 1 << rnd.randrange(8)
-    elif op == 1 and out:
-        for _ in range(rnd.randint(1, 4)):
-            out[rnd.randrange(len(out))] = rnd.randrange(256)
-    elif op == 2:
-        out[at:at] = rnd.randbytes(rnd.randint(1, 16))
-    elif op == 3 and out:
-        del out[at:at + rnd.randint(1, 8)]
-    elif op == 4 and out:
-        span = out[at:at + rnd.randint(1, 16)]
-        out[at:at] = span * rnd.randint(1, 4)
-    elif op == 5:
-        del out[at:]
-    elif op == 6:
-        out[at:at] = b"\xff" * rnd.randint(1, 11) + bytes([rnd.randrange(128)])
-    elif op == 7:
-        # A tag with a large field number, or a wire type protobuf does not have.
-        out[at:at] = bytes([rnd.choice([0x03, 0x04, 0x06, 0x07, 0x0E, 0xFF]),
-                            rnd.randrange(256)])
-    else:
-        other = rnd.choice(others)
-        out = out[:at] + bytearray(other[rnd.randrange(len(other) + 1):])
-    return bytes(out)
-
-
 def _inputs(rnd: random.Random, method: str, seeds: list[list[bytes]], n: int
             ) -> list[list[bytes]]:
     """`n` request streams for `method`: a third random bytes, the rest mutated seeds
@@ -310,7 +248,7 @@ def _inputs(rnd: random.Random, method: str, seeds: list[list[bytes]], n: int
         stream = list(rnd.choice(seeds))
         k = rnd.randrange(len(stream))
         for _ in range(rnd.choice([1, 1, 1, 2, 3])):
-            stream[k] = _mutate(rnd, stream[k], flat)
+            stream[k] = mutate(rnd, stream[k], flat)
         out.append(stream)
     return out
 
@@ -521,57 +459,14 @@ async def test_huge_and_lying_length_prefixes(broker: BrokerProcess,
 # -- 3. invalid UTF-8 and odd Unicode -----------------------------------------------------
 
 
-def _ld(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field, written by hand (any bytes)."""
-    from gazette.protocol.content import varint
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def _utf8_error_at(raw: bytes) -> int:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return int(err.start)
-    return -1
-
-
-#: Byte strings that are not UTF-8: lone continuation bytes, overlong encodings,
-#: encoded surrogates, code points past U+10FFFF, truncated sequences, Latin-1.
-BAD_UTF8 = [b"\xff", b"\x80", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80",
-            b"\xf4\x90\x80\x80", b"\xe2\x82", b"caf\xe9", b"\xfe\xfe\xff\xff"]
-#: Unicode that looks like a name but is none: direction overrides, zero-width
-#: characters, NUL and controls, combining marks, lookalikes (fullwidth solidus,
-#: Cyrillic a, dotless i, ligatures), non-ASCII digits, emoji, private use.
-ODD = ["\u202e", "\u200b", "\u200d", "\ufeff", "\x00", "\x1b[31m", "\u0301", "\uff0f",
-       "\u0430", "\u0131", "\ufb01", "\u0663", "\U0001f4a9", "\ue000", "\u2028", "\u00a0",
-       "\u212a", "\u2215", "\u0085", "\u180e"]
-_odd_text = st.lists(st.one_of(st.sampled_from(ODD), st.sampled_from(["fuzz", "/", "a", "-",
-                                                                       "%", ".", "9"]),
-                               st.characters(codec="utf-8")),
-                     min_size=1, max_size=8).map("".join)
-_bad_bytes = st.tuples(st.binary(max_size=6), st.sampled_from(BAD_UTF8),
-                       st.binary(max_size=6)).map(lambda t: t[0] + t[1] + t[2]).filter(
-    lambda raw: _utf8_error_at(raw) >= 0)  # (neighbours can make a bad sequence good)
-
-
-def _expected_refusal(check: Callable[[], object]) -> str:
-    """What the broker must answer, by the library's own validation: the
-    ValidationError's text, or "" if the value is valid."""
-    try:
-        check()
-    except ValidationError as err:
-        return str(err)
-    return ""
-
-
 def _grpc_unicode_inputs() -> list[tuple[str, list[bytes], str]]:
     """(method, request stream, the INVALID_ARGUMENT details it must get, or "" for a
     valid request, or "UTF8:<field>" for one whose field is not UTF-8)."""
     out: list[tuple[str, list[bytes], str]] = []
     label = pb.Label(name="app.gazette.dev/kind")
-    for text in hypothesis_examples(_odd_text, 250):
+    for text in hypothesis_examples(odd_text, 250):
         name = f"fuzz/{text}"
-        journal_err = _expected_refusal(lambda n=name: names.validate_journal_name(n, "journal"))
+        journal_err = expected_refusal(lambda n=name: names.validate_journal_name(n, "journal"))
         out.append(("Read", [pb.ReadRequest(journal=name).SerializeToString()], journal_err))
         out.append(("ListFragments", [pb.FragmentsRequest(journal=name).SerializeToString()],
                     journal_err))
@@ -580,20 +475,20 @@ def _grpc_unicode_inputs() -> list[tuple[str, list[bytes], str]]:
         selector = pb.LabelSelector(include=pb.LabelSet(labels=[pb.Label(
             name=label.name, value=text)]))
         out.append(("List", [pb.ListRequest(selector=selector).SerializeToString()],
-                    _expected_refusal(lambda s=selector: selector_from_pb(s))))
+                    expected_refusal(lambda s=selector: selector_from_pb(s))))
         union = pb.LabelSet(labels=[pb.Label(name=label.name, value=text)])
         out.append(("Append", [pb.AppendRequest(journal=TARGET, union_registers=union)
                                .SerializeToString(), pb.AppendRequest(content=b"u\n")
                                .SerializeToString(), b""],
-                    _expected_refusal(lambda u=union: labels_from_pb(u, "union_registers"))))
-    for raw in hypothesis_examples(_bad_bytes, 120):
-        journal = _ld(2, b"fuzz/" + raw)  # journal is field 2 of Read and Append requests
+                    expected_refusal(lambda u=union: labels_from_pb(u, "union_registers"))))
+    for raw in hypothesis_examples(bad_bytes, 120):
+        journal = ld(2, b"fuzz/" + raw)  # journal is field 2 of Read and Append requests
         out.append(("Read", [journal], "UTF8:journal"))
-        out.append(("AppendWhole", [journal + _ld(8, b"u\n")], "UTF8:journal"))
-        value = _ld(1, _ld(1, _ld(1, b"kind") + _ld(2, raw)))  # LabelSelector.include
-        out.append(("List", [_ld(1, value)], "UTF8:selector.include[0].value"))
-        out.append(("Append", [_ld(2, TARGET.encode()) + _ld(6, _ld(1, _ld(1, b"kind") +
-                                                                 _ld(2, raw))), b""],
+        out.append(("AppendWhole", [journal + ld(8, b"u\n")], "UTF8:journal"))
+        value = ld(1, ld(1, ld(1, b"kind") + ld(2, raw)))  # LabelSelector.include
+        out.append(("List", [ld(1, value)], "UTF8:selector.include[0].value"))
+        out.append(("Append", [ld(2, TARGET.encode()) + ld(6, ld(1, ld(1, b"kind") +
+                                                                 ld(2, raw))), b""],
                     "UTF8:union_registers[0].value"))
     return out
 
@@ -608,7 +503,7 @@ def _http_unicode_inputs() -> list[tuple[str, str, int, str]]:
 
     def journal_case(encoded: str) -> None:
         seen = URL("/" + encoded, encoded=True).path[1:]
-        refusal = _expected_refusal(lambda: names.validate_journal_name(seen, "journal"))
+        refusal = expected_refusal(lambda: names.validate_journal_name(seen, "journal"))
         if seen in (TARGET, CHECK, IDLE):
             return
         for method in ("GET", "PUT"):
@@ -626,10 +521,10 @@ def _http_unicode_inputs() -> list[tuple[str, str, int, str]]:
             out.append(("GET", f"/{TARGET}?{param}={quote(raw, safe='')}", 400,
                         f"{param}: "))
 
-    for text in hypothesis_examples(_odd_text, 200):
+    for text in hypothesis_examples(odd_text, 200):
         journal_case(quote(f"fuzz/{text}".encode(), safe="/"))
         param_case(text.encode())
-    for raw in hypothesis_examples(_bad_bytes, 100):
+    for raw in hypothesis_examples(bad_bytes, 100):
         journal_case(quote(b"fuzz/" + raw, safe="/"))
         param_case(raw)
     # Digits and signs that int() would take but an offset is not.
@@ -645,24 +540,6 @@ async def _http_status(http: aiohttp.ClientSession, method: str, url: str, path:
     async with http.request(method, URL(url + path, encoded=True),
                             data=b"u\n" if method == "PUT" else None) as r:
         return r.status, (await r.read()).decode(errors="replace").strip()
-
-
-async def _raw_http(broker: BrokerProcess, request: bytes, timeout: float = DEADLINE
-                    ) -> bytes:
-    """Send `request` on a fresh connection; the status line (b"" if the connection
-    was closed without one)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.http_port)
-    try:
-        writer.write(request)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        with contextlib.suppress(ConnectionError):
-            return await asyncio.wait_for(reader.readline(), timeout)
-        return b""
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
 
 
 async def test_invalid_utf8_and_odd_unicode_in_names_and_labels(
@@ -704,7 +581,7 @@ async def test_invalid_utf8_and_odd_unicode_in_names_and_labels(
 
         async def raw_line(request: bytes) -> None:
             async with limit:
-                status_line = await _raw_http(broker, request)
+                status_line = await raw_http(broker.http_port, request)
             codes[f"raw {status_line[9:12].decode(errors='replace') or 'closed'}"] += 1
             if not (status_line.startswith(b"HTTP/1.") and status_line[9:12] == b"400"):
                 wrong.append(f"HTTP {request!r}: {status_line!r}, expected 400")
@@ -721,22 +598,9 @@ async def test_invalid_utf8_and_odd_unicode_in_names_and_labels(
 # -- 4. header floods ---------------------------------------------------------------------
 
 
-FLOODS: dict[str, list[tuple[bytes, bytes]]] = {
-    "5,000 small entries": [(f"x-flood-{i}".encode(), b"v") for i in range(5000)],
-    "one 1 MiB value": [(b"x-huge", b"a" * (1 << 20))],
-    "100 values of 8 KiB": [(f"x-big-{i}".encode(), b"b" * 8192) for i in range(100)],
-}
-
-
 #: Bytes of an endless header block sent (unless the broker cuts it first).
 CONTINUATION_FLOOD = 64 << 20
-#: HTTP/1.1 requests with thousands of headers, a huge one, a huge request line.
-HTTP_FLOODS = [
-    b"GET /" + CHECK.encode() + b" HTTP/1.1\r\nHost: x\r\n" + flood + b"\r\n"
-    for flood in (b"".join(b"X-F%d: v\r\n" % i for i in range(5000)),
-                  b"X-Huge: " + b"h" * (1 << 20) + b"\r\n",
-                  b"".join(b"X-F%d: v\r\n" % i for i in range(200)))
-] + [b"GET /" + b"p" * (1 << 20) + b" HTTP/1.1\r\nHost: x\r\n\r\n"]
+HTTP_FLOODS = http_floods(b"/" + CHECK.encode())
 #: Rounds of 60 of them at once, and what they may leave behind.
 HTTP_FLOOD_ROUNDS, MAX_HTTP_FLOOD_GROWTH_MIB = 4, 48
 
@@ -852,7 +716,7 @@ async def test_header_floods(broker: BrokerProcess, report: Callable[..., None])
                      f"{served_meanwhile:.2f}s")
 
         # HTTP/1.1: thousands of headers, a huge one, a huge request line; many at once.
-        lines = await asyncio.gather(*(_raw_http(broker, r) for r in HTTP_FLOODS * 15))
+        lines = await asyncio.gather(*(raw_http(broker.http_port, r) for r in HTTP_FLOODS * 15))
         inputs += len(lines)
         statuses = collections.Counter(line[9:12].decode() or "closed" for line in lines)
         for line in lines:
@@ -873,7 +737,7 @@ async def test_http_header_floods_leave_nothing_behind(
     statuses: collections.Counter[str] = collections.Counter()
     async with case(broker) as info:
         for _ in range(HTTP_FLOOD_ROUNDS):
-            lines = await asyncio.gather(*(_raw_http(broker, r) for r in HTTP_FLOODS * 15))
+            lines = await asyncio.gather(*(raw_http(broker.http_port, r) for r in HTTP_FLOODS * 15))
             statuses.update(line[9:12].decode() or "closed" for line in lines)
         growth = broker.rss_mib() - info["rss"]
     over = growth > MAX_HTTP_FLOOD_GROWTH_MIB
@@ -892,32 +756,6 @@ SLOW_CLIENTS = 50
 SILENT_CLIENTS = 50
 
 
-async def _cut_after(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     drip: bytes | None, limit: float) -> float | None:
-    """Seconds until the server closed the connection, while `drip` (if any) is sent
-    one byte a second; None if it is still open after `limit` s. (A response before
-    the close, e.g. a 408, counts as closing.)"""
-    start = time.monotonic()
-    position = 0
-    while time.monotonic() - start < limit:
-        if drip is not None:
-            try:
-                writer.write(drip[position % len(drip):position % len(drip) + 1])
-                await writer.drain()
-            except (ConnectionError, OSError):
-                return time.monotonic() - start
-            position += 1
-        try:
-            data = await asyncio.wait_for(reader.read(1024), 1.0)  # the pace: a byte a second
-        except TimeoutError:
-            continue
-        except (ConnectionError, OSError):
-            return time.monotonic() - start
-        if not data:
-            return time.monotonic() - start
-    return None
-
-
 async def test_slow_loris_and_silent_connections_are_cut(
         broker: BrokerProcess, report: Callable[..., None]) -> None:
     limit = IDLE_TIMEOUT + 5
@@ -931,10 +769,10 @@ async def test_slow_loris_and_silent_connections_are_cut(
         assert (await asyncio.wait_for(keeper_reader.readline(), DEADLINE)).startswith(
             b"HTTP/1.1 200")
         drip = f"GET /{CHECK} HTTP/1.1\r\nHost: x\r\nX-Slow: ".encode() + b"s" * 4096
-        waiting = [asyncio.ensure_future(_cut_after(r, w, drip if i < SLOW_CLIENTS else None,
+        waiting = [asyncio.ensure_future(cut_after(r, w, drip if i < SLOW_CLIENTS else None,
                                                     limit))
                    for i, (r, w) in enumerate(conns[:-1])]
-        waiting.append(asyncio.ensure_future(_cut_after(keeper_reader, keeper_writer, None,
+        waiting.append(asyncio.ensure_future(cut_after(keeper_reader, keeper_writer, None,
                                                         limit)))
         # Meanwhile, other clients are served as usual.
         served = []

@@ -320,6 +320,11 @@ async def test_only_the_ops_routes_are_open_not_their_paths(
         bearer = {"Authorization": f"Bearer {token(K1, Capability.APPEND)}"}
         async with http.put(f"{url}/healthz", data=b"x\n", ssl=ctx, headers=bearer) as resp:
             assert resp.status == 204, await resp.text()
+        # A method no route takes: 401 without a token, 405 with one (it was a 500).
+        async with http.delete(f"{url}/team-a/orders", ssl=ctx) as resp:
+            assert resp.status == 401, (resp.status, await resp.text())
+        async with http.delete(f"{url}/team-a/orders", ssl=ctx, headers=bearer) as resp:
+            assert resp.status == 405, (resp.status, await resp.text())
 
 
 # -- forwarding and peers ---------------------------------------------------------------
