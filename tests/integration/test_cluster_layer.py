@@ -265,3 +265,58 @@ async def test_an_item_that_cannot_open_is_unready_and_retried(
     await a.etcd.delete_prefix(a.layout.item_key("counters/broken"))
     await eventually(lambda: serving(members, "counters/broken") == [],
                      "the deleted counter is closed")
+
+
+async def test_a_channel_to_a_member_that_restarts_connects_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34, item 13: a channel to a member that was down sits in a reconnect
+    backoff grown while it was down (seconds); when the member is back, the next call
+    through `Channels` must not fail for the rest of that backoff (a primary's
+    replication to a restarted peer did, for 1.5 s)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_health.v1._async import HealthServicer
+
+    from gazette.cluster import forward
+    from gazette.local.process import free_port
+
+    monkeypatch.setattr(forward, "RENEW_SECONDS", 0.0, raising=False)
+    endpoint = f"http://127.0.0.1:{free_port()}"
+
+    async def serve() -> grpc.aio.Server:
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
+        assert server.add_insecure_port(endpoint.removeprefix("http://"))
+        await server.start()
+        return server
+
+    used: list[grpc.aio.Channel] = []
+
+    async def check() -> bool:
+        used.append(channels.get(endpoint))
+        try:
+            await health_pb2_grpc.HealthStub(used[-1]).Check(
+                health_pb2.HealthCheckRequest(), timeout=5)
+            return True
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.UNAVAILABLE
+            return False
+
+    channels = Channels()
+    server = await serve()
+    try:
+        assert await check()
+        await server.stop(None)
+        # Down for a while: failing calls grow the channel's reconnect backoff.
+        loop = asyncio.get_running_loop()
+        down_since = loop.time()
+        while loop.time() - down_since < 4:  # the outage's length, calls failing
+            assert not await check()
+            await asyncio.sleep(0.2)
+        await eventually(lambda: used[-1].get_state() is
+                         grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                         "the channel is in its reconnect backoff", 5)
+        server = await serve()
+        assert await check(), "the first call to the restarted member failed"
+    finally:
+        await server.stop(None)
+        await channels.close()

@@ -32,6 +32,13 @@ FORWARDED = Counter("gazette_forwarded_total",
 
 #: How long a forwarded request's answer is awaited once its request is sent.
 PROXY_ANSWER_SECONDS = 60.0
+#: A channel in its reconnect backoff (its member was down) is replaced by a new one,
+#: which connects at once, at most this often: a member that restarts is reached as
+#: soon as it listens, not after the rest of a backoff that grew while it was down.
+RENEW_SECONDS = 0.5
+#: Each channel has subchannels of its own (gRPC shares them between channels to one
+#: address by default: a new channel would inherit the old one's backoff).
+MEMBER_CHANNEL_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 
 M = TypeVar("M", bound=Message)
 R = TypeVar("R")
@@ -49,6 +56,8 @@ class Channels:
         self._retired: list[grpc.aio.Channel] = []
         self._tls, self._token = tls, token
         self._signature = tls.signature() if tls is not None else ()
+        self._renewed: dict[str, float] = {}  # endpoint -> when its channel was replaced
+        self._closing: set[asyncio.Task[None]] = set()
 
     def get(self, endpoint: str) -> grpc.aio.Channel:
         if self._tls is not None and self._tls.signature() != self._signature:
@@ -56,9 +65,19 @@ class Channels:
             self._retired.extend(self._channels.values())  # in-flight calls finish
             self._channels.clear()
         channel = self._channels.get(endpoint)
+        if channel is not None and channel.get_state() is \
+                grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            now = asyncio.get_running_loop().time()
+            if now - self._renewed.get(endpoint, -RENEW_SECONDS) >= RENEW_SECONDS:
+                # Not connected, so no call is in flight on it: closed now.
+                self._renewed[endpoint] = now
+                closing = asyncio.create_task(channel.close(None))
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+                channel = None
         if channel is None:
             channel = self._channels[endpoint] = open_channel(
-                parse_address(endpoint), CHANNEL_OPTIONS, ClientAuth(self._tls))
+                parse_address(endpoint), MEMBER_CHANNEL_OPTIONS, ClientAuth(self._tls))
         return channel
 
     def own(self) -> tuple[tuple[str, str], ...]:
@@ -68,7 +87,7 @@ class Channels:
     async def close(self) -> None:
         channels, self._channels = [*self._channels.values(), *self._retired], {}
         self._retired = []
-        await asyncio.gather(*(c.close(grace=None) for c in channels),
+        await asyncio.gather(*(c.close(grace=None) for c in channels), *self._closing,
                              return_exceptions=True)
 
 
