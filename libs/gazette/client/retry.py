@@ -98,6 +98,8 @@ RETRYABLE_STATUSES = frozenset({
 })
 #: The longest wait before asking again about a journal whose route is changing.
 ROUTE_RETRY_SECONDS = 0.25
+#: How often those retries are logged (at INFO; the others at DEBUG).
+ROUTE_LOG_SECONDS = 5.0
 
 
 class Backoff:
@@ -112,6 +114,7 @@ class Backoff:
         self.attempts = 1
         self._delays = policy.delays()
         self._route_since: float | None = None  # the first refusal of a changing route
+        self._route_said = -ROUTE_LOG_SECONDS  # when a retry of one was last logged
 
     def reset(self) -> None:
         self.attempts = 1
@@ -136,9 +139,14 @@ class Backoff:
                               f"{self.attempts} attempts in {waited:.1f}s")
         self.attempts += 1
         RETRIES.labels(self.op).inc()
-        log.info("%s%s via %s: %s; retry %d in %.2fs", self.op,
-                 f" of {self.journal}" if self.journal else "", self.address, status,
-                 self.attempts - 1, delay)
+        # Asked again a few times a second: said once, then every ROUTE_LOG_SECONDS.
+        said = now - self._route_said >= ROUTE_LOG_SECONDS
+        if said:
+            self._route_said = now
+        log.log(logging.INFO if said else logging.DEBUG,
+                "%s%s via %s: %s (for %.1fs); retry %d in %.2fs", self.op,
+                f" of {self.journal}" if self.journal else "", self.address, status,
+                waited, self.attempts - 1, delay)
         await asyncio.sleep(delay)
 
     async def wait(self, err: grpc.aio.AioRpcError) -> None:
