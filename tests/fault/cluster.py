@@ -1,7 +1,8 @@
 """Shared pieces of the fault tests: `gazette serve` processes that keep their name, ports
 and spool folder across restarts (with mutual TLS and authorization on, as every fault
 suite runs: `tests.fixtures.security.ClusterSecurity`), writers of self-describing
-records, parsing and checking what a journal holds, reading what one broker itself
+records, a producer of messages (a `Publisher` over an `AppendQueue`, as applications
+publish), parsing and checking what a journal holds, reading what one broker itself
 serves, and freezing a process (SIGSTOP/SIGCONT)."""
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gazette.auth import ClientAuth
-from gazette.client import AppendUncertain, JournalClient, RetryPolicy
+from gazette.client import AppendQueue, AppendUncertain, JournalClient, RetryPolicy
 from gazette.client.errors import BrokerError, Unavailable
 from gazette.local.process import Process
+from gazette.message import JsonMessage, Partition, Publisher
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import ProcessId
@@ -148,6 +150,54 @@ class Writer:
                 if self.interval:
                     # Pacing (not synchronization): bounds how fast the journal grows.
                     await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+@dataclass
+class Producer:
+    """Publishes messages ``{"n": 0, 1, ...}`` to `journal` one after another (each
+    awaited), as an application does: a `Publisher` over an `AppendQueue`, on a
+    `JournalClient` with its default retry policy. Remembers when each was acknowledged,
+    and which were acknowledged, uncertain or refused (certainly not written)."""
+
+    journal: str
+    auth: ClientAuth
+    acked: list[int] = field(default_factory=list)
+    acked_at: list[float] = field(default_factory=list)
+    uncertain: set[int] = field(default_factory=set)
+    refused: Counter[str] = field(default_factory=Counter)
+
+    async def run(self, target: str, stop: asyncio.Event) -> None:
+        part = Partition(self.journal, "application/x-ndjson")
+        async with JournalClient(target, auth=self.auth) as client, \
+                AppendQueue(client) as queue:
+            publisher = Publisher(queue)
+            n = 0
+            while not stop.is_set():
+                try:
+                    await publisher.publish_committed(lambda _: part, JsonMessage(n=n))
+                    self.acked.append(n)
+                    self.acked_at.append(time.monotonic())
+                except AppendUncertain:
+                    self.uncertain.add(n)
+                except (BrokerError, Unavailable) as err:
+                    self.refused[type(err).__name__] += 1
+                n += 1
+                await asyncio.sleep(0.01)  # pacing, not synchronization
+
+    def stall_after(self, moment: float) -> float:
+        """Seconds from `moment` to the first acknowledgment after it."""
+        return min((t for t in self.acked_at if t > moment), default=float("inf")) - moment
+
+    def check(self, content: bytes) -> None:
+        """Every acknowledged message is in `content` once; nothing else is but those
+        in doubt."""
+        numbers = [json.loads(line)["n"] for line in content.splitlines()]
+        assert len(numbers) == len(set(numbers)), "a message was written twice"
+        present = set(numbers)
+        lost = set(self.acked) - present
+        assert not lost, f"acknowledged messages lost: {sorted(lost)[:10]}"
+        assert present <= set(self.acked) | self.uncertain, \
+            "messages never acknowledged nor in doubt are present"
 
 
 def parse(content: bytes) -> list[tuple[int, int]]:

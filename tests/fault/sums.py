@@ -20,7 +20,7 @@ from gazette.allocator import assignments_of, route_of
 from gazette.client import JournalClient
 from gazette.errors import GazetteError
 from gazette.keyspace import Decoder, Etcd, KeySpace, Layout
-from gazette.local.etcd import EmbeddedEtcd
+from gazette.local.etcd import EmbeddedEtcd, EtcdCluster
 from gazette.local.process import Process, free_port, log_tail
 from gazette_consumer.examples.stream_sum import APP, SUMS, Driver, setup, shard_id
 from tests.fault.cluster import Broker
@@ -67,7 +67,7 @@ class Cluster:
     are added by the test."""
 
     workdir: Path
-    etcd: EmbeddedEtcd
+    etcd: EmbeddedEtcd | EtcdCluster
     brokers: list[Broker]
     security: ClusterSecurity
     members: list[Member] = field(default_factory=list)
@@ -104,6 +104,20 @@ class Cluster:
         entry = self.keyspace.get(self.consumers.member_key(member.zone, member.name))
         return entry.kv.lease if entry is not None else 0
 
+    def leases(self) -> dict[str, int]:
+        """Each broker's and member's lease (0: it has none), by name."""
+        assert self.broker_keyspace is not None
+        out = {m.name: self.lease_of(m) for m in self.members}
+        for b in self.brokers:
+            entry = self.broker_keyspace.get(self.cluster.member_key(b.zone, b.name))
+            out[b.name] = entry.kv.lease if entry is not None else 0
+        return out
+
+    def exited(self) -> list[str]:
+        """The brokers and members whose processes are not running."""
+        return [p.name for p in [*(m.process for m in self.members),
+                                 *(b.process for b in self.brokers)] if not p.running()]
+
     def runs_all(self, member: Member) -> bool:
         """Whether the process of `member` that holds its lease is every shard's primary."""
         assert self.keyspace is not None
@@ -119,11 +133,12 @@ class Cluster:
         route = route_of(assignments_of(self.broker_keyspace, self.cluster, journal))
         return next((b for b in self.brokers if b.id == route.primary_id), None)
 
-    def journal_ok(self, journal: str) -> bool:
+    def journal_ok(self, journal: str, replicas: int = 3) -> bool:
+        """Whether `journal` has its `replicas`, a primary, and the route acknowledged."""
         assert self.broker_keyspace is not None
         assigned = assignments_of(self.broker_keyspace, self.cluster, journal)
         route = route_of(assigned)
-        return len(assigned) == 3 and route.primary >= 0 and all(
+        return len(assigned) == replicas and route.primary >= 0 and all(
             a.value == route.encode() for a in assigned)
 
     def diagnosis(self) -> str:
@@ -142,11 +157,14 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(workdir: Path, **setup_kw: Any) -> AsyncIterator[Cluster]:
-    """The cluster, its journals and shards made (`setup_kw`: more of `setup`'s options);
-    members are started by the test, and everything is killed at the end."""
+async def running_cluster(workdir: Path, etcd_nodes: int = 1, **setup_kw: Any
+                          ) -> AsyncIterator[Cluster]:
+    """The cluster (on an etcd of `etcd_nodes` members), its journals and shards made
+    (`setup_kw`: more of `setup`'s options); members are started by the test, and
+    everything is killed at the end."""
     security = ClusterSecurity.make(workdir / "pki")
-    etcd = EmbeddedEtcd(workdir / "etcd", tls=security.etcd_tls)
+    etcd = EmbeddedEtcd(workdir / "etcd", tls=security.etcd_tls) if etcd_nodes == 1 \
+        else EtcdCluster(workdir / "etcd", etcd_nodes, tls=security.etcd_tls)
     await asyncio.to_thread(etcd.start)
     brokers = [Broker(zone, f"broker-{i}", free_port(), workdir, etcd.endpoint, BROKERS,
                       LEASE_TTL, security)

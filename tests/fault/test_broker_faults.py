@@ -1,9 +1,18 @@
 """Faults against a three-broker cluster (two zones) holding a journal of replication 3,
 while writers append self-describing records: primaries are SIGKILLed and restarted,
-another broker is SIGTERMed (drained) and restarted, and etcd is restarted. Afterwards
+another broker is SIGTERMed (drained) and restarted, and etcd is down for 10 s. Afterwards
 every acknowledged record is there exactly once, in its writer's order, no record is
 torn or interleaved, every persisted fragment's SHA-1 checks, and every broker returns
-the same bytes. Mutual TLS and authorization are on throughout (etcd's too)."""
+the same bytes. Mutual TLS and authorization are on throughout (etcd's too).
+
+Meanwhile a producer publishes messages to a second journal of replication 3, as an
+application does (a `Publisher` over an `AppendQueue`, a client given all three
+addresses with its default retries). Each SIGKILL of a primary must fail over (another
+broker primary) within `FAILOVER_SECONDS`, and stall the producer no longer than the
+journal takes to be whole again plus `ROUND_TRIP` (issue 34, item 13: it stalled three
+times the failover, its retries having backed off to seconds); etcd's 10 s outage must
+stop no broker (each keeps its lease: etcd renews leases when it restarts, item 15).
+Every acknowledged message is in the journal once."""
 
 from __future__ import annotations
 
@@ -25,25 +34,37 @@ from gazette.local.process import free_port
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol.trees import journal_changes_from_yaml
-from tests.fault.cluster import Broker, Writer, parse, read_from
+from tests.fault.cluster import Broker, Producer, Writer, parse, read_from
 from tests.fixtures.polling import eventually
 from tests.fixtures.security import ClusterSecurity
 
 pytestmark = pytest.mark.integration
 
 JOURNAL = "faults/journal"
+MESSAGES = "faults/messages"
 PREFIX = "/gazette/faults"
 LEASE_TTL = 4
 WRITERS = 4
 SPEC = f"""
-name: {JOURNAL}
+name: faults/
 replication: 3
 fragment:
   stores: [file:///]
   length: 65536
   compression_codec: NONE
   flush_interval: 2s
+children:
+- name: {JOURNAL}
+- name: {MESSAGES}
+  labels: [{{name: content-type, value: application/x-ndjson}}]
 """
+#: A SIGKILLed primary's journals have another primary within this (the lease TTL and
+#: etcd's and the allocator's reaction).
+FAILOVER_SECONDS = 5.0
+#: A producer's stall may outlast its journal's failover by this: a retry's wait
+#: (`gazette.client.retry.ROUTE_RETRY_SECONDS`) and its round trip, on a busy machine.
+ROUND_TRIP = 1.0
+ETCD_DOWNTIME = 10.0
 
 
 async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
@@ -60,19 +81,36 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
     writers = [Writer(i, JOURNAL, security.client(Capability.APPEND,
                                                   selector=f"name={JOURNAL}"))
                for i in range(WRITERS)]
+    producer = Producer(MESSAGES, security.client(Capability.APPEND,
+                                                  selector=f"name={MESSAGES}"))
     faults: list[str] = []
     tasks: list[asyncio.Task[None]] = []
+    stalls: list[tuple[str, float, float, float]] = []  # (victim, failover, whole, stall)
     try:
         for b in brokers:
             b.start()
         async with Etcd(etcd.endpoint, tls=security.etcd_tls) as client, \
                 KeySpace(client, layout.root + "/", Decoder(layout)) as keyspace:
 
-            def route_ok(members: int = 3) -> bool:
-                assigned = assignments_of(keyspace, layout, JOURNAL)
+            def route_ok(members: int = 3, journal: str = JOURNAL) -> bool:
+                assigned = assignments_of(keyspace, layout, journal)
                 route = route_of(assigned)
                 return len(assigned) == members and route.primary >= 0 and all(
                     a.value == route.encode() for a in assigned)
+
+            # When the messages journal became whole (its route complete and acknowledged
+            # by every replica: appends are taken) after it was not.
+            whole_at: list[float] = []
+
+            def follow_messages(revision: int, events: object) -> None:
+                ok = route_ok(journal=MESSAGES)
+                if ok != whole_now[0]:
+                    whole_now[0] = ok
+                    if ok:
+                        whole_at.append(time.monotonic())
+
+            whole_now = [True]
+            keyspace.observe(follow_messages)
 
             def primary() -> Broker | None:
                 route = route_of(assignments_of(keyspace, layout, JOURNAL))
@@ -81,10 +119,12 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
             await eventually(lambda: len(keyspace.prefixed(layout.members)) == 3,
                              "three brokers joined", 30)
             await apply_changes(client, layout, journal_changes_from_yaml(SPEC))
-            await eventually(route_ok, "the journal is assigned to all three", 30)
+            await eventually(lambda: route_ok() and route_ok(journal=MESSAGES),
+                             "the journals are assigned to all three", 30)
 
             target = "ipv4:" + ",".join(b.address for b in brokers)
             tasks = [asyncio.create_task(w.run(target, stop)) for w in writers]
+            tasks.append(asyncio.create_task(producer.run(target, stop)))
 
             def acked() -> int:
                 return sum(len(w.acked) for w in writers)
@@ -103,6 +143,7 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                 victim = primary()
                 assert victim is not None
                 await asyncio.to_thread(victim.process.kill)
+                killed_at = time.monotonic()
                 faults.append(f"SIGKILL {victim.name} (primary)")
                 # Its lease expires, taking its member key and assignments: another
                 # broker is primary then (with two of three brokers appends are refused
@@ -112,7 +153,15 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                                  "the killed broker's lease expired", 3 * LEASE_TTL)
                 await eventually(lambda victim=victim: primary() is not victim,
                                  "another broker is primary", 3 * LEASE_TTL)
+                failover = time.monotonic() - killed_at
                 await restart(victim)
+                await eventually(lambda: route_ok(journal=MESSAGES),
+                                 "the messages journal is whole again", 30)
+                await eventually(lambda at=killed_at: producer.stall_after(at) < 1e9,
+                                 "the producer publishes again", 30)
+                whole = min(t for t in whole_at if t > killed_at) - killed_at
+                stalls.append((victim.name, failover, whole,
+                               producer.stall_after(killed_at)))
                 await progress()
                 # SIGTERM (drain) a broker that is not the primary, then the primary.
                 other = next(b for b in brokers if (b is primary()) == (round_ == 1))
@@ -122,9 +171,21 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                 assert other.process.popen.returncode == 0, "a drained broker exits 0"
                 await restart(other)
                 await progress()
-            await asyncio.to_thread(etcd.restart)
-            faults.append("etcd restart")
+            # etcd down 10 s: brokers stop taking appends once their leases may have run
+            # out, and go on under the same leases once etcd (which renews them) is back.
+            leases = {b.name: keyspace.get(layout.member_key(b.zone, b.name)) for b in brokers}
+            await asyncio.to_thread(etcd.stop)
+            # The outage itself lasts this long (a fault's length, not a wait for a state).
+            await asyncio.sleep(ETCD_DOWNTIME)
+            await asyncio.to_thread(etcd.start)
+            faults.append(f"etcd down {ETCD_DOWNTIME:.0f}s")
             await progress()
+            exited = [b.name for b in brokers if not b.process.running()]
+            assert not exited, f"brokers exited in etcd's outage: {exited}"
+            for b in brokers:
+                before, now = leases[b.name], keyspace.get(layout.member_key(b.zone, b.name))
+                assert before is not None and now is not None and \
+                    now.kv.lease == before.kv.lease, f"{b.name} joined again under a new lease"
             # A rolling restart: each broker in turn drained (SIGTERM) and started again.
             rolling_from = time.monotonic()
             for b in brokers:
@@ -147,6 +208,11 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
                                    do_not_proxy=True))))
                 head = resp.write_head
             contents = [await read_from(b, JOURNAL, head) for b in brokers]
+            async with security.channel(now_primary.address) as ch:
+                resp = await anext(aiter(broker_pb2_grpc.JournalStub(ch).Read(
+                    pb.ReadRequest(journal=MESSAGES, offset=-1, metadata_only=True,
+                                   do_not_proxy=True))))
+            messages = await read_from(now_primary, MESSAGES, resp.write_head)
     finally:
         stop.set()
         for t in tasks:
@@ -156,6 +222,13 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
         await asyncio.to_thread(etcd.stop)
 
     assert len(contents[0]) == head > 0
+    producer.check(messages)
+    for victim, failover, whole, stall in stalls:
+        assert failover <= FAILOVER_SECONDS, \
+            f"SIGKILL of {victim}: another broker was primary only after {failover:.1f}s"
+        assert stall <= whole + ROUND_TRIP, \
+            f"SIGKILL of {victim}: the producer stalled {stall:.1f}s, its journal was " \
+            f"whole again after {whole:.1f}s: {stalls}"
     for b, content in zip(brokers, contents, strict=True):
         assert content == contents[0], f"{b.name} serves other bytes"
     records = parse(contents[0])
@@ -190,4 +263,8 @@ async def test_faults_lose_no_acknowledged_append(tmp_path: Path) -> None:
           f"{refused} refused, "
           f"{len(faults)} faults injected ({'; '.join(faults)}), "
           f"{len(fragments)} fragments persisted, longest pause in the rolling restart "
-          f"{longest_pause:.1f}s, {time.monotonic() - started:.0f}s")
+          f"{longest_pause:.1f}s; producer: {len(producer.acked)} messages acknowledged, "
+          f"{len(producer.uncertain)} uncertain, refused {dict(producer.refused)}; per "
+          f"SIGKILL (failover, journal whole, producer stall): "
+          + "; ".join(f"{v} {f:.1f}s {w:.1f}s {s:.1f}s" for v, f, w, s in stalls)
+          + f"; {time.monotonic() - started:.0f}s")

@@ -4,25 +4,30 @@ A member is its `MemberSpec` under a lease: written when it joins, gone with the
 when it dies or leaves, so the allocator moves its items to others. Every member runs the
 allocator (the oldest one leads). A member acts as one only while its lease is surely
 held: `live()` is false from `LEASE_MARGIN` seconds before the lease could expire
-unrefreshed (by then etcd may let another member take its items). Stopping starts with a
-drain: the spec asks for no items (limit 0, under the same lease), and the member waits
-until the allocator has moved every one away, before its RPCs drain and the lease goes.
+unrefreshed (by then etcd may let another member take its items), and true again once
+etcd, answering again, says the lease is alive (`watch_liveness` tells the member's
+items). A member leaves only when etcd says its lease is gone (`wait`): an etcd restart,
+however long, renews every lease. Stopping starts with a drain: the spec asks for no
+items (limit 0, under the same lease), and the member waits until the allocator has
+moved every one away, before its RPCs drain and the lease goes.
 
 Starting members may come up before etcd (as on Kubernetes): each step of joining is
-retried, logged, until a deadline (`until_etcd`).
+retried, logged, until a deadline (`until_etcd`). The lease is kept alive from the moment
+it is granted, and one that ends before the member key is written and seen is replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from gazette.allocator import Allocator, Assignment, route_consistent
-from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Lease, LeaseLost
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Lease, LeaseLost, LeaseNotFound
 from gazette.keyspace.specs import encode_broker
 from gazette.protocol import MemberSpec, ProcessId
 from gazette.supervise import Supervisor
@@ -52,6 +57,8 @@ async def until_etcd(etcd: Etcd, what: str, op: Callable[[], Awaitable[T]],
     while True:
         try:
             return await op()
+        except LeaseNotFound:
+            raise  # (etcd answered: trying again would not help)
         except EtcdError as err:
             left = deadline - loop.time()
             if left <= 0:
@@ -104,22 +111,49 @@ class Membership:
 
     async def join(self, spec: MemberSpec, supervisor: Supervisor, deadline: float
                    ) -> None:
-        """Take a lease, write `spec` under it, keep the lease alive (a supervised task)
-        and wait until the keyspace shows this member."""
+        """Take a lease and keep it alive from then on (a supervised task), write `spec`
+        under it and wait until the keyspace shows this member. A lease that ends
+        meanwhile (the write took longer than its TTL) is replaced by a new one."""
         if spec.id != self.me:
             raise ValueError(f"member spec of {spec.id}, not of {self.me}")
         self.spec = spec
-        self.lease = await self.until_etcd(
+        while not await self._join_under_new_lease(spec, supervisor, deadline):
+            assert self.lease is not None
+            await supervisor.stop("lease")
+            log.warning("lease %x ended before this member joined under it: taking a "
+                        "new one", self.lease.id)
+            if asyncio.get_running_loop().time() >= deadline:
+                raise EtcdError(f"etcd at {self.etcd.endpoint}: this member's leases "
+                                f"ended before it could join within "
+                                f"{self.startup_timeout:.0f}s")
+
+    async def _join_under_new_lease(self, spec: MemberSpec, supervisor: Supervisor,
+                                    deadline: float) -> bool:
+        """Whether this member joined under a new lease (False: the lease ended first)."""
+        lease = self.lease = await self.until_etcd(
             "granting this member's lease",
             lambda: Lease.grant(self.etcd, self.lease_ttl), deadline)
-        lease = self.lease
-        revision = await self.until_etcd(
-            "announcing this member", lambda: self.etcd.put(
-                self.key, self._encode(spec), lease=lease.id), deadline)
+        supervisor.spawn("lease", functools.partial(_keep_alive, lease), transient=())
+        try:
+            revision = await self.until_etcd(
+                "announcing this member", lambda: self.etcd.put(
+                    self.key, self._encode(spec), lease=lease.id), deadline)
+        except LeaseNotFound:
+            return False
         loop = asyncio.get_running_loop()
-        await self.keyspace.wait_for_revision(
-            revision, timeout=max(1.0, deadline - loop.time()))
-        supervisor.spawn("lease", lease.keep_alive, transient=())
+        seen = asyncio.ensure_future(self.keyspace.wait_for_revision(
+            revision, timeout=max(1.0, deadline - loop.time())))
+        lost = asyncio.ensure_future(lease.lost.wait())
+        try:
+            await asyncio.wait({seen, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not seen.done():
+                seen.cancel()
+        if lease.lost.is_set():
+            return False
+        seen.result()  # (a timeout raises)
+        return True
 
     def run_allocator(self, supervisor: Supervisor) -> None:
         """Run the allocator as a supervised task (etcd errors restart it)."""
@@ -134,6 +168,26 @@ class Membership:
         (refreshed recently enough that etcd cannot have expired it)."""
         return self.lease is not None and not self.lease.lost.is_set() and \
             self.lease.remaining > LEASE_MARGIN
+
+    async def watch_liveness(self, changed: Callable[[bool], None]) -> None:
+        """Until cancelled (or the lease is lost): call `changed(live())` whenever
+        `live()` changes: false when the lease goes unrefreshed into its last
+        `LEASE_MARGIN` seconds, true again once etcd refreshed it."""
+        assert self.lease is not None, "join() first"
+        lease, live = self.lease, self.live()
+        while not lease.lost.is_set():
+            if live:
+                # Nothing can change it but time: refreshes only push it further off.
+                await asyncio.sleep(max(lease.remaining - LEASE_MARGIN, 0.01))
+            else:
+                await lease.wait_refreshed()
+            if self.live() != live:
+                live = not live
+                log.log(logging.INFO if live else logging.WARNING,
+                        "member %s %s", self.me, "acts on its assignments again: etcd "
+                        "refreshed its lease" if live else "stops acting on its "
+                        "assignments: its lease may have run out (etcd does not answer)")
+                changed(live)
 
     async def drain(self, assigned: Callable[[], set[str]], timeout: float) -> bool:
         """Ask for no items (member spec limit 0, under the same lease) and wait until
@@ -185,3 +239,10 @@ class Membership:
             await self.lease.revoke()
         await self.keyspace.__aexit__(None, None, None)
         await self.etcd.close()
+
+
+async def _keep_alive(lease: Lease) -> None:
+    """A member's keepalive: `lease.lost` (which `Membership.wait` and `join` watch) says
+    the lease ended; the task itself just ends."""
+    with contextlib.suppress(LeaseLost):
+        await lease.keep_alive()

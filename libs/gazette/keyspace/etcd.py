@@ -10,6 +10,7 @@ watch progress requests.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -93,6 +94,31 @@ def prefix_end(prefix: bytes) -> bytes:
     return b"\0"
 
 
+def etcd_target(endpoints: str) -> tuple[str, bool]:
+    """The gRPC target of etcd's client URLs (comma-separated for the members of a
+    cluster, which must then be IP addresses, or one DNS name that resolves to them
+    all), and whether they are TLS (``https://``)."""
+    urls = [u.strip() for u in endpoints.split(",") if u.strip()]
+    if not urls:
+        raise ValidationError("etcd.address", "names no endpoint")
+    https = {u.startswith("https://") for u in urls}
+    if len(https) > 1:
+        raise ValidationError("etcd.address", f"{endpoints!r} mixes https:// and http://")
+    hosts = [parse_endpoint(u) for u in urls]
+    if len(hosts) == 1:
+        return f"{hosts[0][0]}:{hosts[0][1]}", https.pop()
+    try:
+        ips = [ipaddress.ip_address(host) for host, _ in hosts]
+    except ValueError:
+        raise ValidationError("etcd.address", f"{endpoints!r}: several endpoints must be "
+                              "IP addresses (or give one DNS name that resolves to every "
+                              "member)") from None
+    if {ip.version for ip in ips} != {4}:
+        raise ValidationError("etcd.address", f"{endpoints!r}: several endpoints must be "
+                              "IPv4 addresses")
+    return "ipv4:" + ",".join(f"{host}:{port}" for host, port in hosts), https.pop()
+
+
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
     """``http://host:port``, ``https://host:port`` (or ``host:port``) of an etcd client
     endpoint."""
@@ -111,15 +137,14 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
 class Etcd:
     """A connection to etcd. Use ``async with Etcd(endpoint) as etcd``; an ``https://``
     endpoint is reached over TLS with `tls` (its CA, and a client certificate if etcd
-    requires one; without `tls`, the system's CAs)."""
+    requires one; without `tls`, the system's CAs). The endpoints of a cluster's members
+    may be given comma-separated (`etcd_target`): calls go to one that answers."""
 
     def __init__(self, endpoint: str = "http://127.0.0.1:2379",
                  timeout: float = DEFAULT_TIMEOUT, tls: TLSFiles | None = None) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
-        host, port = parse_endpoint(endpoint)
-        self._target = f"{host}:{port}"
-        https = endpoint.startswith("https://")
+        self._target, https = etcd_target(endpoint)
         if tls is not None and tls.ca_file and not https:
             raise ValidationError("etcd.address", f"{endpoint!r}: etcd TLS files are set, "
                                   "so the address must be https://")

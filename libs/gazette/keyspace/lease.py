@@ -2,7 +2,15 @@
 
 A member's spec and its assignments live under its lease: while the process is alive the
 keys stay, and when it dies they expire. A process must stop acting as a member the
-moment its lease is gone (`lost` is set), since others may already have taken its work.
+moment its lease may be gone, since others may already have taken its work: `remaining`
+is how long the lease lasts unrefreshed by our own clock (members stop acting on their
+assignments before it runs out), and `lost` is set once etcd says the lease is gone.
+
+Only etcd says that. While it does not answer, the keepalive goes on asking: etcd renews
+every lease when it restarts (a lease of 5 s, etcd down 10 s, came back with 5 s left
+and its keys kept), so a member cut off from a restarting etcd for longer than its TTL
+is still a member once etcd answers; one etcd expired meanwhile (it was partitioned, or
+frozen) hears so at its first answer and stops.
 """
 
 from __future__ import annotations
@@ -23,9 +31,17 @@ log = logging.getLogger(__name__)
 MIN_TTL = 2
 #: How long leaving `async with Lease` waits for its keepalive task to stop.
 STOP_TIMEOUT = 5.0
+#: Seconds between keepalive attempts while etcd does not answer.
+RETRY_SECONDS = 0.5
+#: The least time a keepalive waits for etcd's answer (when the lease has less left by
+#: our clock: after an etcd restart, its first answers come slowly).
+ANSWER_SECONDS = 2.0
 
 LEASES_LOST = Counter("gazette_leases_lost_total",
-                      "Leases found expired or revoked by someone else, or not refreshed in time")
+                      "Leases etcd said were expired or revoked by someone else")
+LEASES_OVERDUE = Counter("gazette_leases_overdue_total",
+                         "Times a lease went unrefreshed past its TTL by our own clock (etcd "
+                         "unreachable), until etcd answered whether it is alive")
 
 
 class LeaseLost(EtcdError):
@@ -40,9 +56,11 @@ class Lease:
         self.etcd = etcd
         self.id = lease_id
         self.ttl = ttl
-        #: Set when the lease is known gone (expired, revoked, or not refreshed in time).
+        #: Set when etcd says the lease is gone (expired or revoked), or we revoked it.
         self.lost = asyncio.Event()
         self._expires_at = time.monotonic() + ttl
+        self._refreshed = asyncio.Event()  # set (and replaced) at every refresh
+        self._overdue_since: float | None = None  # our clock ran out, etcd not heard yet
         self._task: asyncio.Task[None] | None = None
         self._call: Any = None  # the keepalive stream, while one is open
         self._stopping = False  # set by __aexit__: the keepalive ends
@@ -56,14 +74,27 @@ class Lease:
 
     @property
     def remaining(self) -> float:
-        """Seconds until the lease expires unless refreshed, as far as we know."""
+        """Seconds until the lease expires unless refreshed, as far as we know (negative:
+        it may have expired; etcd has not answered since)."""
         return self._expires_at - time.monotonic()
+
+    async def wait_refreshed(self) -> None:
+        """Return at the next refresh (or when the lease is lost)."""
+        waits = {asyncio.ensure_future(self._refreshed.wait()),
+                 asyncio.ensure_future(self.lost.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def keep_alive(self) -> None:
         """Refresh every TTL/4 until cancelled; sets `lost` and raises `LeaseLost` when
-        etcd says the lease is gone or it could not be refreshed before expiring. (The
-        lease survives a stall of TTL minus the interval after its last refresh: 3 s
-        at the default TTL of 4 s.)"""
+        etcd says the lease is gone. While etcd does not answer it tries again every
+        `RETRY_SECONDS`, however long that takes: `remaining` (our clock) runs out
+        meanwhile, and the lease's holder stops acting on it, but only etcd's answer
+        ends the lease. (A lease is surely held through a stall of TTL minus the
+        refresh interval: 3 s at the default TTL of 4 s.)"""
         interval = max(self.ttl / 4, 0.5)
         while not self.lost.is_set():
             try:
@@ -73,13 +104,16 @@ class Lease:
                     raise
                 if self._stopping:
                     return
-                if self.remaining <= 0:
-                    self._mark_lost("not refreshed before its TTL ran out")
-                    raise LeaseLost(f"lease {self.id:x} expired while etcd was unreachable") \
-                        from exc
-                log.warning("lease %x keepalive failed (%s); %.1fs left", self.id, exc,
-                            self.remaining)
-                await asyncio.sleep(min(0.5, max(self.remaining, 0.05)))
+                if self.remaining > 0:
+                    log.warning("lease %x keepalive failed (%s); %.1fs left", self.id, exc,
+                                self.remaining)
+                elif self._overdue_since is None:
+                    self._overdue_since = time.monotonic()
+                    LEASES_OVERDUE.inc()
+                    log.error("lease %x was not refreshed before its TTL ran out (%s): "
+                              "its holder stops acting on it, and asks etcd until etcd "
+                              "says whether it is alive", self.id, exc)
+                await asyncio.sleep(RETRY_SECONDS)
         raise LeaseLost(f"lease {self.id:x} is lost")
 
     async def _keep_alive_stream(self, interval: float) -> None:
@@ -89,11 +123,19 @@ class Lease:
             while True:
                 sent_at = time.monotonic()
                 await call.write(Etcd.lease_keepalive_request(self.id))
-                resp = await asyncio.wait_for(anext(responses), timeout=max(self.remaining, 0.1))
+                resp = await asyncio.wait_for(anext(responses),
+                                              timeout=max(self.remaining, ANSWER_SECONDS))
                 if resp.TTL <= 0:
                     self._mark_lost("etcd reports it expired or revoked")
                     raise LeaseLost(f"lease {self.id:x} expired or was revoked")
                 self._expires_at = sent_at + resp.TTL
+                if self._overdue_since is not None:
+                    log.warning("lease %x is alive: etcd answered %.1fs after the lease "
+                                "ran out by our clock, with %ds left", self.id,
+                                sent_at - self._overdue_since, resp.TTL)
+                    self._overdue_since = None
+                self._refreshed.set()
+                self._refreshed = asyncio.Event()
                 await asyncio.sleep(interval)
         except (StopAsyncIteration, TimeoutError):
             raise EtcdError("keepalive stream ended") from None

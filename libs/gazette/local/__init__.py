@@ -2,7 +2,7 @@
 process helpers, and the tutorial's journals. ``gazette dev up`` (`gazette_broker.dev`)
 runs the cluster; tests start the same pieces."""
 
-from gazette.local.etcd import EmbeddedEtcd, find_etcd_binary
+from gazette.local.etcd import EmbeddedEtcd, EtcdCluster, find_etcd_binary
 from gazette.local.process import ComponentError, Process, free_port, log_tail
 from gazette.local.tutorial import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 
@@ -11,6 +11,7 @@ __all__ = [
     "TUTORIAL_SELECTIONS",
     "ComponentError",
     "EmbeddedEtcd",
+    "EtcdCluster",
     "Process",
     "find_etcd_binary",
     "free_port",

