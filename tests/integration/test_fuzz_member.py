@@ -61,9 +61,9 @@ from tests.fixtures.fuzz import (
     raw_http,
 )
 from tests.fixtures.member_wire import (
-    ADMIN,
     MAX_GROWTH_MIB,
     METHODS,
+    admin,
     call,
     case,
     total_request,
@@ -202,7 +202,7 @@ async def test_malformed_protobuf_and_json_to_every_method(
 async def test_huge_and_lying_length_prefixes(fuzzed_member: MemberProcess,
                                               report: Callable[..., None]) -> None:
     host, port = "127.0.0.1", fuzzed_member.grpc_port
-    token_header = [(b"authorization", f"Bearer {ADMIN}".encode())]
+    token_header = [(b"authorization", f"Bearer {admin()}".encode())]
     wrong: list[str] = []
     seen: collections.Counter[str] = collections.Counter()
     inputs = 0
@@ -341,7 +341,7 @@ async def test_invalid_utf8_and_odd_unicode_in_shard_ids_and_paths(
         fuzzed_member: MemberProcess, report: Callable[..., None]) -> None:
     grpc_inputs = _grpc_unicode_inputs()
     http_inputs = _http_unicode_inputs()
-    auth = f"Authorization: Bearer {ADMIN}\r\n".encode()
+    auth = f"Authorization: Bearer {admin()}\r\n".encode()
     raw_lines = [b"GET /sums/" + raw + b"?shard=shard-0 HTTP/1.1\r\nHost: x\r\n" + auth +
                  b"\r\n" for raw in [*BAD_UTF8, *(s.encode() for s in ODD)]]
     wrong: list[str] = []
@@ -349,7 +349,7 @@ async def test_invalid_utf8_and_odd_unicode_in_shard_ids_and_paths(
     limit = asyncio.Semaphore(32)
     async with case(fuzzed_member) as info, \
             grpc.aio.insecure_channel(fuzzed_member.grpc_address) as channel, \
-            aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN}"}) as http:
+            aiohttp.ClientSession(headers={"Authorization": f"Bearer {admin()}"}) as http:
 
         async def via_grpc(method: str, stream: list[bytes], expected: str) -> None:
             async with limit:

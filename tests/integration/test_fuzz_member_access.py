@@ -46,11 +46,11 @@ from tests.fixtures.fuzz import (
 )
 from tests.fixtures.member_app import PROBE, TOTAL_PATH
 from tests.fixtures.member_wire import (
-    ADMIN,
     KEY,
     MAX_GROWTH_MIB,
     METHODS,
     SHARD,
+    admin,
     assert_member_serving,
     bearer,
     call,
@@ -128,7 +128,7 @@ async def test_slow_loris_and_silent_connections_are_cut(
         conns = [await asyncio.open_connection("127.0.0.1", fuzzed_member.http_port)
                  for _ in range(SLOW_CLIENTS + SILENT_CLIENTS)]
         drip = (b"GET /sums/k?shard=shard-0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                + ADMIN.encode() + b"\r\nX-Slow: " + b"s" * 4096)
+                + admin().encode() + b"\r\nX-Slow: " + b"s" * 4096)
         waiting = [asyncio.ensure_future(cut_after(r, w, drip if i < SLOW_CLIENTS else None,
                                                    limit))
                    for i, (r, w) in enumerate(conns)]
@@ -157,18 +157,23 @@ def _b64(doc: object) -> str:
     return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
 
 
-#: Tokens that authenticate no one (the Authorization value; None: no header).
-UNAUTHENTICATED: dict[str, str | None] = {
-    "no token": None,
-    "no bearer token": "Bearer",
-    "basic": "Basic YWRtaW46YWRtaW4=",
-    "not a JWT": "Bearer not.a.jwt",
-    "expired": "Bearer " + token(KEY, *Capability, ttl=60, now=time.time() - 3600),
-    "wrongly signed": "Bearer " + token(random_key(), *Capability),
-    "alg none": "Bearer " + _b64({"alg": "none", "typ": "JWT"}) + "." + _b64(
-        {"sub": "x", "cap": [c.value for c in Capability], "exp": time.time() + 600}) + ".",
-}
-SCOPED = "Bearer " + token(KEY, *Capability, selector="id=shard-1", subject="other-shard")
+def _unauthenticated() -> dict[str, str | None]:
+    """Authorization values that authenticate no one (None: no header)."""
+    now = time.time()
+    return {
+        "no token": None,
+        "no bearer token": "Bearer",
+        "basic": "Basic YWRtaW46YWRtaW4=",
+        "not a JWT": "Bearer not.a.jwt",
+        "expired": "Bearer " + token(KEY, *Capability, ttl=60, now=now - 3600),
+        "wrongly signed": "Bearer " + token(random_key(), *Capability),
+        "alg none": "Bearer " + _b64({"alg": "none", "typ": "JWT"}) + "." + _b64(
+            {"sub": "x", "cap": [c.value for c in Capability], "exp": now + 600}) + ".",
+    }
+
+
+#: The kinds of token `_unauthenticated` makes.
+UNAUTHENTICATED = frozenset(_unauthenticated())
 
 
 def _lacking(need: Capability) -> str:
@@ -213,11 +218,12 @@ HTTP_ROUTES: list[tuple[str, str, bytes, str]] = [
 
 
 def _tokens(need: Capability | None) -> dict[str, str | None]:
-    out = dict(UNAUTHENTICATED)
+    out = _unauthenticated()
     if need is not None:
         out["lacking " + need.value] = _lacking(need)
-    out["other shard"] = SCOPED
-    out["valid"] = f"Bearer {ADMIN}"
+    out["other shard"] = "Bearer " + token(KEY, *Capability, selector="id=shard-1",
+                                           subject="other-shard")
+    out["valid"] = f"Bearer {admin()}"
     return out
 
 

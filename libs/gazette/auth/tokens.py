@@ -235,8 +235,9 @@ class SigningKeys:
             return jwt.encode(payload, self.keys[0], algorithm=ALGORITHM)
 
     def verify(self, token: str, now: float | None = None) -> Claims:
-        """The claims of `token`, or `Unauthenticated` saying what is wrong with it. A
-        token verified before (cached) is checked for expiry only (at `now`)."""
+        """The claims of `token`, or `Unauthenticated` saying what is wrong with it.
+        PyJWT verifies a token new to this cache (its times against the clock); a
+        cached one is checked for expiry only, at `now` (default: the clock)."""
         claims = self._cache.get(token)
         if claims is None:
             claims = self._verify(token)
