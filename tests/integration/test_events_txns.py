@@ -16,11 +16,10 @@ from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Shard, ShardRunner
 from gazette.events import Event, Events, Kind, OnFailure, Topic
 from gazette.events.catalog import Catalog
-from gazette.events.group import Group, GroupApp, app_name
+from gazette.events.group import Group, GroupApp
 from gazette.events.handlers import Handler
-from gazette.keyspace import Etcd, Layout, apply_changes
 from gazette.message import Envelope, Publisher
-from gazette.protocol import ShardSource, ShardSpec, SpecChange
+from gazette.protocol import ShardSource, ShardSpec
 from gazette_broker import BrokerServer
 from tests.fixtures.abandoned import (
     HELD_OPEN,
@@ -29,7 +28,13 @@ from tests.fixtures.abandoned import (
     run_through,
 )
 from tests.fixtures.etcd import EtcdServer
-from tests.fixtures.events import Order, committed_lines, new_events
+from tests.fixtures.events import (
+    Order,
+    committed_lines,
+    new_events,
+    processed,
+    set_group_shard,
+)
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import PgDatabase
 
@@ -110,8 +115,9 @@ async def test_an_event_id_twice_in_one_batch_runs_once(
     events.exactly_once("dups", CLICKS, apply, batch_size=10)
     async with events:  # every event is there already: one transaction, one batch
         await events.produce(CLICKS, Order(id=9, customer="c"), event_ids=["last"])
-        await eventually(lambda: any("last" in c for c in calls), "the last event handled",
-                         timeout=30)
+        async def last_committed() -> bool:  # (and, in its partition, all before it)
+            return await processed(pg_database.dsn, "dups", "apply") >= 4
+        await eventually(last_committed, "the last event committed", timeout=30)
     # Each id's first copy, in order (one partition).
     assert [i for c in calls for i in c] == ["a", "b", "c", "last"]
     async with await psycopg.AsyncConnection.connect(pg_database.dsn) as c:
@@ -124,29 +130,19 @@ async def test_a_read_modify_write_handler_keeps_exact_totals_under_load(
         pg_database: PgDatabase, client: JournalClient) -> None:
     async with await psycopg.AsyncConnection.connect(pg_database.dsn, autocommit=True) as c:
         await c.execute("CREATE TABLE totals (customer TEXT PRIMARY KEY, cents BIGINT)")
-    handled = 0
-
     async def add(tx: Any, event: Event[Order]) -> None:
-        nonlocal handled
         cur = await tx.execute("SELECT cents FROM totals WHERE customer = %s",
                                (event.payload.customer,))
         row = await cur.fetchone()
         cents = (row[0] if row else 0) + event.payload.amount
         await tx.execute("INSERT INTO totals VALUES (%s, %s) ON CONFLICT (customer) DO "
                          "UPDATE SET cents = excluded.cents", (event.payload.customer, cents))
-        handled += 1
 
     # Under load, short transactions: each closes while the one before may still commit.
     await Catalog(client).partitions(CLICKS)  # the topic's journal, for the shard
-    etcd = Etcd(etcd_server.endpoint)
-    await etcd.connect()
-    try:
-        await apply_changes(etcd, Layout.consumer_app(app_name("ledger"), consumer_root), [
-            SpecChange("clicks/part-000", 0, ShardSpec("clicks/part-000", (ShardSource(PART),),
-                                                       max_txn_duration=timedelta(
-                                                           milliseconds=1)))])
-    finally:
-        await etcd.close()
+    await set_group_shard(etcd_server.endpoint, consumer_root, "ledger", ShardSpec(
+        "clicks/part-000", (ShardSource(PART),), max_txn_duration=timedelta(milliseconds=1)))
+
     async def audit(event: Event[Order]) -> None:
         if event.payload.id % 10 == 0 and not event.attempt:
             raise RuntimeError("later")  # a commit waits for its retries' appends
@@ -161,7 +157,10 @@ async def test_a_read_modify_write_handler_keeps_exact_totals_under_load(
             for o in orders:
                 expected[o.customer] = expected.get(o.customer, 0) + o.amount
             await events.produce(CLICKS, *orders)
-        await eventually(lambda: handled == 2000, "every event handled", timeout=60)
+
+        async def committed() -> bool:
+            return await processed(pg_database.dsn, "ledger", "add") == 2000
+        await eventually(committed, "every event's transaction committed", timeout=60)
     async with await psycopg.AsyncConnection.connect(pg_database.dsn) as c:
         cur = await c.execute("SELECT customer, cents FROM totals")
         assert dict(await cur.fetchall()) == expected
