@@ -76,7 +76,7 @@ class SQLiteSums(Sums):
         key, n = envelope.message["key"], envelope.message["n"]
         store.db.execute("INSERT INTO sums VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                          "SET n = n + excluded.n", (key, n))
-        self.txn[key] = self.txn.get(key, 0) + n
+        shard.txn[key] = shard.txn.get(key, 0) + n
 
 
 def log_spec(etcd_prefix: str, **kw: Any) -> ShardSpec:
