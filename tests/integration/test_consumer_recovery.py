@@ -285,7 +285,10 @@ async def test_a_zombie_primary_cut_off_from_etcd_cannot_commit_after_its_succes
         tmp_path: Path) -> None:
     # The zombie's etcd connection goes through a relay that is cut; it is never told
     # its lease ended (nothing here awaits its `wait()`), and its keyspace stays as it
-    # was: it goes on reading and processing as primary, as a stalled process would.
+    # was. A member stops its primaries once its own clock says its lease may have run
+    # out; a stalled process (paused, swapped out) gets no chance to look: the zombie is
+    # made one that never does, so it goes on reading and processing as primary, and
+    # only the recovery log's fencing can stop its commits.
     await broker.apply_yaml(LOGS)
     members: list[ConsumerMember] = []
     async with Relay(etcd_server.endpoint.removeprefix("http://")) as relay:
@@ -295,6 +298,7 @@ async def test_a_zombie_primary_cut_off_from_etcd_cannot_commit_after_its_succes
                 bind="127.0.0.1", port=0, http_port=-1, broker_address=broker.grpc_address,
                 etcd_address=f"http://{relay.address}", etcd_root=consumer_root,
                 lease_ttl=2, drain_timeout=1, grace=0.5), SQLiteCounts())
+            zombie.membership.live = lambda: True  # type: ignore[method-assign]
             members.append(zombie)
             await zombie.start()
             await apply_changes(zombie.etcd, Layout.consumer_app("counter", consumer_root), [

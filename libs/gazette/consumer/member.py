@@ -177,7 +177,12 @@ class ConsumerMember:
 
     async def _open(self, spec: ShardSpec) -> LocalShard:
         return LocalShard(spec, self.id, self._runner, self.announcer.announce,
-                          self.statuses.set, self._standby)
+                          self.statuses.set, self._standby, live=self.membership.live)
+
+    def _liveness_changed(self, live: bool) -> None:
+        """Primaries stop while this member's lease may have run out, and run again."""
+        for shard in self.shards.items.values():
+            shard.update_live()
 
     def _runner(self, spec: ShardSpec) -> ShardRunner:
         assert self.client is not None and self.appender is not None, "start() first"
@@ -246,6 +251,8 @@ class ConsumerMember:
         await self.membership.load(deadline)
         spec = MemberSpec(self.id, self.endpoint, cfg.shard_limit)
         await self.membership.join(spec, self.supervisor, deadline)
+        self.supervisor.spawn("liveness", lambda: self.membership.watch_liveness(
+            self._liveness_changed))
         self.supervisor.spawn("announcer", self.announcer.run)
         self.supervisor.spawn("statuses", self.statuses.run)
         await self.shards.start()

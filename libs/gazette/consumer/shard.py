@@ -9,9 +9,13 @@ When the route names another primary, or the spec changes, the runner stops (a c
 spec starts a new one). A runner that fails marks the shard FAILED with the error, and
 the member goes on serving its other shards; the shard runs again when its spec or its
 role (primary, standby) changes, or it is assigned anew. A transient failure (brokers or
-etcd out of reach) is not final: the shard shows RECOVERING with the error and runs
-again after a backoff. Every change of `status` is reported (the member writes it into
-etcd, where List, gazctl and the operator read it).
+etcd out of reach, a broker refusal that wrote nothing and says to retry: a route that
+is changing, too few brokers, a store that does not take fragments yet) is not final:
+the shard shows RECOVERING with the error and runs again after a backoff, however long
+the fault lasts. While its member's lease may have run out (etcd does not answer) a
+primary does not run; it runs again once etcd has refreshed the lease. Every change of
+`status` is reported (the member writes it into etcd, where List, gazctl and the
+operator read it).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gazette.client import AppendUncertain, Unavailable
+from gazette.client import RETRYABLE_STATUSES, AppendUncertain, BrokerError, Unavailable
 from gazette.cluster import Resolution
 from gazette.consumer.recovery import Standby
 from gazette.consumer.runner import ShardRunner
@@ -42,8 +46,12 @@ SHARD_RESTARTS = Counter("gazette_consumer_shard_restarts_total",
                          "reach) and run again after a backoff")
 
 #: Failures a shard runs again from, after `RESTART_FIRST_SECONDS`, doubling up to
-#: `RESTART_MAX_SECONDS` while they repeat.
+#: `RESTART_MAX_SECONDS` while they repeat (`transient`).
 TRANSIENT = (Unavailable, AppendUncertain, EtcdError)
+#: Broker refusals that wrote nothing and pass: the journal's route is changing or it
+#: has too few brokers (`RETRYABLE_STATUSES`, which the client retries until its budget
+#: is spent), or its store does not take fragments yet.
+TRANSIENT_STATUSES = RETRYABLE_STATUSES | {"FRAGMENT_STORE_UNHEALTHY"}
 RESTART_FIRST_SECONDS = 0.5
 RESTART_MAX_SECONDS = 30.0
 
@@ -56,17 +64,33 @@ PENDING, RECOVERING, STANDBY, PRIMARY, FAILED = (
     ReplicaState.FAILED)
 
 
+def transient(err: BaseException) -> bool:
+    """Whether a run that failed with `err` (or with what caused it) failed for a fault
+    that passes: the shard runs again rather than stays FAILED."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, TRANSIENT) or (isinstance(seen, BrokerError)
+                                           and seen.status in TRANSIENT_STATUSES):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 class LocalShard:
     """`spec` on member `me`: `new_runner(spec)` makes its runner; `announce(id, route)`
     writes a route the primary serves under into the shard's assignments;
-    `report(id, status)` is told every status (None: the shard left this member)."""
+    `report(id, status)` is told every status (None: the shard left this member);
+    `live()` says whether the member may act on its assignments (`update_live` when it
+    changes)."""
 
     def __init__(self, spec: ShardSpec, me: ProcessId,
                  new_runner: Callable[[ShardSpec], ShardRunner],
                  announce: Callable[[str, Any], Any],
                  report: Callable[[str, ReplicaStatus | None], None],
-                 new_standby: Callable[[ShardSpec], Standby] | None = None) -> None:
+                 new_standby: Callable[[ShardSpec], Standby] | None = None,
+                 live: Callable[[], bool] = lambda: True) -> None:
         self.spec, self.me = spec, me
+        self._live = live
         self._new_runner, self._announce, self._report = new_runner, announce, report
         self._new_standby = new_standby
         self.standby: Standby | None = None
@@ -112,6 +136,10 @@ class LocalShard:
         self.route = res
         self._changed.set()
 
+    def update_live(self) -> None:
+        """The member's `live()` changed: stop the runner, or run it again."""
+        self._changed.set()
+
     async def run(self) -> None:
         """Until cancelled: start, stop or restart the runner as the route and spec
         say; announce the routes it runs under."""
@@ -147,7 +175,7 @@ class LocalShard:
         if task is None or not task.done():
             return False
         if not task.cancelled() and (err := task.exception()) is not None:
-            if isinstance(err, TRANSIENT):
+            if transient(err):
                 self._restarts += 1
                 delay = min(RESTART_FIRST_SECONDS * 2 ** (self._restarts - 1),
                             RESTART_MAX_SECONDS)
@@ -175,7 +203,8 @@ class LocalShard:
             self._standby_task = None
         ok = not self.spec.disable and self._failed_as != (self.spec, self.is_primary) \
             and self._held is None
-        wanted = self.is_primary and ok
+        live = self._live()
+        wanted = self.is_primary and ok and live
         running = self.runner is not None and self.runner.spec
         if running and (not wanted or running != self.spec):
             await self._stop_runner()
@@ -202,6 +231,10 @@ class LocalShard:
                                                      name=f"standby:{self.id}")
             self.status = ReplicaStatus(RECOVERING)
             log.info("shard %s: a hot standby here", self.id)
+        elif self.is_primary and ok and not live:
+            self.status = ReplicaStatus(RECOVERING, "not running: this member's lease may "
+                                        "have run out (etcd does not answer); it runs "
+                                        "again once etcd refreshes the lease")
         elif not wanted and self.standby is None and self.status.state != FAILED and \
                 self._held is None:
             self.status = ReplicaStatus(STANDBY if self.route is not None else PENDING)
@@ -248,8 +281,8 @@ class LocalShard:
         self.standby = self._standby_task = None
         if task is not None and not task.done():
             await cancel_and_wait(task, RUNNER_STOP_SECONDS)
-        if standby is not None:
-            await standby.discard()
+        if standby is not None and (task is None or task.done()):
+            await standby.discard()  # (one left behind discards itself when it ends)
 
     def _restored(self, runner: ShardRunner) -> None:
         if runner is self.runner:

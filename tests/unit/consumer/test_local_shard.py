@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gazette.client import Unavailable
+from gazette.client import BrokerError, Unavailable
 from gazette.cluster import Resolution
 from gazette.consumer import shard as shard_module
 from gazette.consumer.shard import LocalShard
@@ -39,7 +39,7 @@ class Runner:
 
 
 @contextlib.asynccontextmanager
-async def running(failures: list[BaseException]
+async def running(failures: list[BaseException], live: Any = lambda: True
                   ) -> AsyncIterator[tuple[LocalShard, list[ReplicaStatus | None], list[Any]]]:
     statuses: list[ReplicaStatus | None] = []
     runs: list[Any] = []
@@ -51,7 +51,8 @@ async def running(failures: list[BaseException]
     async def announce(item: str, route: Any) -> bool:
         return True
 
-    shard = LocalShard(SPEC, ME, new_runner, announce, lambda _, s: statuses.append(s))
+    shard = LocalShard(SPEC, ME, new_runner, announce, lambda _, s: statuses.append(s),
+                       live=live)
     shard.update_route(Resolution(SPEC.id, SPEC, Route((ME,), 0), ("",), 1))
     task = asyncio.create_task(shard.run())
     try:
@@ -93,3 +94,45 @@ async def test_another_failure_leaves_the_shard_failed() -> None:
         assert shard.status.error == "ValueError: the app broke"
         await shard._converge()  # another pass, as any change would bring: no new run
         assert len(runs) == 1 and shard.status.state == ReplicaState.FAILED
+
+
+async def test_a_refusal_that_wrote_nothing_runs_the_shard_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34, item 14: a broker outage longer than the client's retry budget ends a
+    run with a refusal that says nothing was written and to retry (too few brokers, a
+    route changing, a store not taking fragments yet, also as the cause of another
+    error): the shard runs again once it passes, never stays FAILED."""
+    monkeypatch.setattr(shard_module, "RESTART_FIRST_SECONDS", 0.01)
+    too_few = BrokerError("INSUFFICIENT_JOURNAL_BROKERS", "out/a",
+                          "nothing was written; still so after 10 attempts")
+    wrapped = RuntimeError("recording the store failed")
+    wrapped.__cause__ = BrokerError("FRAGMENT_STORE_UNHEALTHY", "logs/a", "retry later")
+    moving = BrokerError("NO_JOURNAL_PRIMARY_BROKER", "in/a")
+    async with running([too_few, wrapped, moving]) as (shard, statuses, runs):
+        await until(lambda: shard.status.state == ReplicaState.PRIMARY)
+        assert len(runs) == 4
+        assert not any(s is not None and s.state == ReplicaState.FAILED for s in statuses)
+
+
+async def test_a_refusal_that_will_not_pass_leaves_the_shard_failed() -> None:
+    async with running([BrokerError("JOURNAL_NOT_FOUND", "in/a")]) as (shard, _, _):
+        await until(lambda: shard.status.state == ReplicaState.FAILED)
+        assert "JOURNAL_NOT_FOUND" in shard.status.error
+
+
+async def test_a_primary_stops_while_its_members_lease_may_have_run_out() -> None:
+    """Issue 34, item 15: while etcd does not answer and the member's lease may have
+    run out by its own clock, the primary does not run; once etcd refreshed the lease,
+    it runs again (the member did not exit)."""
+    live = True
+    async with running([], live=lambda: live) as (shard, _, runs):
+        await until(lambda: shard.status.state == ReplicaState.PRIMARY)
+        live = False
+        shard.update_live()
+        await until(lambda: shard.runner is None)
+        assert shard.status.state == ReplicaState.RECOVERING
+        assert "lease may have run out" in shard.status.error
+        live = True
+        shard.update_live()
+        await until(lambda: shard.status.state == ReplicaState.PRIMARY)
+        assert len(runs) == 2
