@@ -7,9 +7,11 @@ each journal's offsets checked for holes and overlaps.
 With ``--stores`` every copy of a fragment in every store is checked; through
 ``--broker``, the copies the broker lists. The report (JSON, to ``--output`` or stdout)
 has per journal its fragments, bytes, offsets, holes (ranges no fragment holds, after
-the first fragment), overlaps (fragments that partly overlap: harmless, read once) and
-bad fragments with the reason. Exit status 1 when a fragment is bad or a journal has a
-hole, so a scheduled audit fails visibly.
+the first fragment), pending ranges (through ``--broker``: gaps the broker lists
+fragments not persisted yet for, since brokers persist out of order; no fault), overlaps
+(fragments that partly overlap: harmless, read once) and bad fragments with the
+reason. Exit status 1 when a fragment is bad or a journal has a hole, so a scheduled
+audit fails visibly.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from gazette.fragment import Fragment
 from gazette_spark import cli
-from gazette_spark.plan import Piece, discover
+from gazette_spark.plan import Piece, discover, persisted
 from gazette_spark.read import DATA_LOSS_ERRORS, piece_content
 
 log = logging.getLogger("gazette_spark")
@@ -41,23 +43,29 @@ def check_fragment(item: tuple[Fragment, str]) -> tuple[str, str, str]:
     return fragment.journal, where, ""
 
 
-def offsets_report(fragments: list[Fragment]) -> dict[str, Any]:
-    """Offsets, holes and overlaps of one journal's fragments (copies counted once);
-    a journal with none yet has null offsets."""
+def offsets_report(fragments: list[Fragment], unpersisted: Sequence[Fragment] = ()
+                   ) -> dict[str, Any]:
+    """Offsets, holes and overlaps of one journal's persisted fragments (copies counted
+    once); a journal with none yet has null offsets. A gap a broker lists `unpersisted`
+    fragments for is `pending` (an upload under way: brokers persist out of order), not
+    a hole."""
     if not fragments:
         return {"fragments": 0, "bytes": 0, "begin": None, "end": None, "holes": [],
-                "overlaps": []}
+                "pending": [], "overlaps": []}
     ranges = sorted({(f.begin, f.end) for f in fragments})
-    holes, overlaps = [], []
+    holes, pending, overlaps = [], [], []
     reach = ranges[0][1]
     for begin, end in ranges[1:]:
         if begin > reach:
-            holes.append([reach, begin])
+            covered = all(any(u.begin <= at < u.end for u in unpersisted)
+                          for at in (reach, begin - 1))
+            (pending if covered else holes).append([reach, begin])
         elif begin < reach and end > reach:
             overlaps.append([begin, reach])
         reach = max(reach, end)
     return {"fragments": len(fragments), "bytes": sum(f.size for f in fragments),
-            "begin": ranges[0][0], "end": reach, "holes": holes, "overlaps": overlaps}
+            "begin": ranges[0][0], "end": reach, "holes": holes, "pending": pending,
+            "overlaps": overlaps}
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +73,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--output", default="", help="file of the JSON report (default stdout)")
     args = p.parse_args(argv)
     opts = cli.check(cli.source_options(args))
-    found = asyncio.run(discover(opts))
+    listed = asyncio.run(discover(opts))
+    found = persisted(listed)
     cli.warn_if_empty(found, opts)
     items = [item for journal in sorted(found) for item in found[journal]]
     total = sum(f.size for f, _ in items)
@@ -79,7 +88,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             checked = rdd.map(check_fragment).collect()
     report: dict[str, Any] = {}
     for journal in sorted(found):
-        entry = offsets_report([f for f, _ in found[journal]])
+        entry = offsets_report([f for f, _ in found[journal]],
+                               [f for f, _ in listed[journal] if not f.backing_store])
         entry["bad"] = [{"fragment": where, "reason": why}
                         for j, where, why in checked if j == journal and why]
         report[journal] = entry

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from gazette.errors import GazetteError
 from gazette_spark.options import ReadOptions
-from gazette_spark.plan import Found, Plan, discover, plan, slices
+from gazette_spark.plan import Found, Plan, discover, persisted, plan, slices
 
 log = logging.getLogger("gazette_spark")
 
@@ -78,7 +78,7 @@ def warn_if_empty(found: Found, opts: ReadOptions) -> None:
         log.warning("no journal matches --journals %r in %s: nothing to read",
                     opts.selector.format(), where)
         return
-    empty = sorted(j for j, fragments in found.items() if not fragments)
+    empty = sorted(j for j, fragments in persisted(found).items() if not fragments)
     if not empty:
         return
     names = ", ".join(empty[:20]) + (f" and {len(empty) - 20} more" if len(empty) > 20

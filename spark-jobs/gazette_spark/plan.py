@@ -100,6 +100,11 @@ class Plan:
 Found = dict[str, list[tuple[Fragment, str]]]
 
 
+def persisted(found: Found) -> Found:
+    """`found` without the fragments a broker listed as not persisted yet."""
+    return {j: [(f, url) for f, url in items if f.backing_store] for j, items in found.items()}
+
+
 def open_store(url: str) -> FragmentStore:
     """A store of a ``stores=`` URL: ``file:///abs/path/`` is that folder of this machine
     (not under a broker's file root), ``s3://`` as brokers open it (credentials and
@@ -111,7 +116,8 @@ def open_store(url: str) -> FragmentStore:
 
 
 async def discover(opts: ReadOptions) -> Found:
-    """Per selected journal, its persisted fragments (with signed URLs from a broker)."""
+    """Per selected journal, its fragments: persisted ones (with signed URLs from a
+    broker), and through a broker those not persisted yet (`persisted` leaves them out)."""
     if opts.broker:
         return await _from_broker(opts)
     return await _from_stores(opts)

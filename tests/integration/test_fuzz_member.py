@@ -51,6 +51,7 @@ from tests.fixtures.fuzz import (
     BAD_UTF8,
     DEADLINE,
     ODD,
+    answers,
     bad_bytes,
     counts,
     expected_refusal,
@@ -170,23 +171,12 @@ async def test_malformed_protobuf_and_json_to_every_method(
     work = [(m, s) for m in sorted(seeds)
             for s in _inputs(rnd, m, seeds[m], INPUTS_PER_METHOD)]
     work += [("Total", [raw]) for raw in HOSTILE_JSON]
-    codes: collections.Counter[str] = collections.Counter()
-    wrong: list[str] = []
-    limit = asyncio.Semaphore(32)
     async with case(fuzzed_member) as info, \
             grpc.aio.insecure_channel(fuzzed_member.grpc_address) as channel:
-
-        async def one(method: str, stream: list[bytes]) -> None:
-            waits = _may_wait(method, stream)
-            async with limit:
-                code, details = await call(channel, method, stream,
-                                           WAITING_DEADLINE if waits else DEADLINE)
-            codes[code] += 1
-            why = served_wrongly(method, waits, code, details)
-            if why:
-                wrong.append(f"{method} {[s[:64].hex() for s in stream]}: {why}")
-
-        await asyncio.gather(*(one(m, s) for m, s in work))
+        codes, wrong = await answers(
+            work, lambda m, s: call(channel, m, s, WAITING_DEADLINE if _may_wait(m, s)
+                                    else DEADLINE),
+            lambda m, s, code, details: served_wrongly(m, _may_wait(m, s), code, details))
         growth = fuzzed_member.rss_mib() - info["rss"]
         elapsed = time.monotonic() - info["start"]
     report("member-malformed", len(work), len(wrong),

@@ -75,6 +75,7 @@ from tests.fixtures.fuzz import (
     DEADLINE,
     FLOODS,
     ODD,
+    answers,
     bad_bytes,
     counts,
     cut_after,
@@ -311,23 +312,13 @@ async def test_malformed_protobuf_to_every_method(broker: BrokerProcess,
     assert set(seeds) == set(SERVICE.methods_by_name), "a method without seeds"
     work = [(method, stream) for method in sorted(seeds)
             for stream in _inputs(rnd, method, seeds[method], RPC_INPUTS_PER_METHOD)]
-    codes: collections.Counter[str] = collections.Counter()
-    wrong: list[str] = []
-    limit = asyncio.Semaphore(32)
     async with case(broker) as info, \
             grpc.aio.insecure_channel(broker.grpc_address) as channel:
-
-        async def one(method: str, stream: list[bytes]) -> None:
-            waits = _may_wait(method, stream)
-            async with limit:
-                code, details = await _call(channel, method, stream,
-                                            WAITING_DEADLINE if waits else DEADLINE)
-            codes[code] += 1
-            why = _served_wrongly(method, waits, code, details)
-            if why:
-                wrong.append(f"{method} {[s.hex() for s in stream]}: {why}")
-
-        await asyncio.gather(*(one(m, s) for m, s in work))
+        codes, wrong = await answers(
+            work, lambda m, s: _call(channel, m, s, WAITING_DEADLINE if _may_wait(m, s)
+                                     else DEADLINE),
+            lambda m, s, code, details: _served_wrongly(m, _may_wait(m, s), code, details),
+            shown=1 << 20)
         elapsed = time.monotonic() - info["start"]
     report("grpc-malformed", len(work), len(wrong),
            f"{counts(codes)}; {elapsed:.1f}s")

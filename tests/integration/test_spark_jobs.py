@@ -131,7 +131,7 @@ async def test_jobs_name_matching_journals_with_nothing_persisted_yet(
     caplog.set_level("INFO", "gazette_spark")
     assert await run(lambda: audit.run([*argv, "--output", str(report_file)])) == 0
     empty = {"fragments": 0, "bytes": 0, "begin": None, "end": None, "holes": [],
-             "overlaps": [], "bad": []}
+             "pending": [], "overlaps": [], "bad": []}
     assert json.loads(report_file.read_text()) == {"pending/a": empty, "pending/b": empty}
     caplog.clear()
     out = tmp_path / "counts"

@@ -117,7 +117,16 @@ def test_audit_reports_a_journal_without_fragments() -> None:
     from gazette_spark.audit import offsets_report
 
     assert offsets_report([]) == {"fragments": 0, "bytes": 0, "begin": None, "end": None,
-                                  "holes": [], "overlaps": []}
+                                  "holes": [], "pending": [], "overlaps": []}
+
+
+def test_audit_tells_a_pending_upload_from_a_hole() -> None:
+    from gazette_spark.audit import offsets_report
+
+    stored = [frag("a/x", 0, 10), frag("a/x", 20, 30), frag("a/x", 40, 50)]
+    # A broker lists [10, 20) unpersisted (its upload under way): pending, no hole.
+    report = offsets_report(stored, [frag("a/x", 10, 20, "")])
+    assert (report["holes"], report["pending"]) == ([[30, 40]], [[10, 20]])
 
 
 # -- decoders ----------------------------------------------------------------------------
