@@ -53,7 +53,9 @@ def offsets_report(fragments: list[Fragment], unpersisted: Sequence[Fragment] = 
         return {"fragments": 0, "bytes": 0, "begin": None, "end": None, "holes": [],
                 "pending": [], "overlaps": []}
     ranges = sorted({(f.begin, f.end) for f in fragments})
-    holes, pending, overlaps = [], [], []
+    holes: list[list[int]] = []
+    pending: list[list[int]] = []
+    overlaps: list[list[int]] = []
     reach = ranges[0][1]
     for begin, end in ranges[1:]:
         if begin > reach:
