@@ -11,7 +11,11 @@ import reprlib
 
 
 class GazetteError(Exception):
-    """Base of the errors this library raises on purpose."""
+    """Base of the errors this library raises on purpose. `retriable` says whether the
+    same request is worth sending again later (a fault that passes: nothing was done,
+    or the outcome will be resolved), so callers ask the error, not a list of types."""
+
+    retriable: bool = False
 
 
 class ValidationError(GazetteError, ValueError):

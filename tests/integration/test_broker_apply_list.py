@@ -18,6 +18,7 @@ from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, journal_spec_to_pb, selector_to_pb
 from gazette.protocol.trees import journal_changes_from_yaml
 from gazette_broker import JournalService, add_journal_service
+from gazette_broker.routing import JournalRouting
 from tests.fixtures.broker import plain_server
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,7 @@ async def stub(etcd: Etcd, etcd_prefix: str) -> AsyncIterator[broker_pb2_grpc.Jo
     keyspace: KeySpace[Any] = KeySpace(etcd, layout.root + "/", Decoder(layout))
     async with keyspace:
         server = plain_server()
-        add_journal_service(JournalService({}, etcd, keyspace, layout), server)
+        add_journal_service(JournalService(JournalRouting({}, etcd, keyspace, layout)), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -410,17 +410,17 @@ async def test_an_append_over_the_size_limit_is_refused_over_grpc(
                              b"b" * (SMALL_LIMIT - SMALL_LIMIT // 2))
         assert exact.status == pb.OK and exact.commit.end - exact.commit.begin == SMALL_LIMIT
         committed = BEFORE + b"a" * (SMALL_LIMIT // 2) + b"b" * (SMALL_LIMIT - SMALL_LIMIT // 2)
-        refused = APPENDS.labels("NOT_ALLOWED")._value.get()
+        refused = APPENDS.labels("APPEND_TOO_LARGE")._value.get()
         # One byte over, in several messages (the last one crosses the limit), and in one
         # message larger than the limit.
         for parts in ([b"c" * (SMALL_LIMIT // 4)] * 4 + [b"!"],
                       [b"d" * (SMALL_LIMIT + 1)],
                       [b"e" * (16 << 10)] * 64):  # 1 MiB: far over, still streaming
             resp = await append(stub, JOURNAL, *parts)
-            assert resp.status == pb.NOT_ALLOWED, pb.Status.Name(resp.status)
+            assert resp.status == pb.APPEND_TOO_LARGE, pb.Status.Name(resp.status)
             assert not resp.commit.journal and not resp.commit.end
             assert small_broker.broker.replicas[JOURNAL].write_head == len(committed)
-        assert APPENDS.labels("NOT_ALLOWED")._value.get() - refused == 3
+        assert APPENDS.labels("APPEND_TOO_LARGE")._value.get() - refused == 3
     await assert_still_serving(small_broker, JOURNAL, committed)
 
 

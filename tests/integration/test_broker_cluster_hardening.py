@@ -262,7 +262,7 @@ async def test_refusals_keep_their_reason_through_clients_and_forwards(
     async with JournalClient(other.grpc_address) as client:
         with pytest.raises(BrokerError) as err:
             await client.append("cluster/r2", b"x" * 2000)
-    assert err.value.status == "NOT_ALLOWED"
+    assert err.value.status == "APPEND_TOO_LARGE"
     assert "larger than the 1000-byte limit" in str(err.value)
 
     async def chunked() -> AsyncIterator[bytes]:

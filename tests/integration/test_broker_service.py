@@ -16,6 +16,7 @@ from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, selector_to_pb
 from gazette_broker import JournalService, add_journal_service
 from gazette_broker.replica import Replica
+from gazette_broker.routing import JournalRouting
 from tests.fixtures.broker import plain_server
 
 pytestmark = pytest.mark.integration
@@ -27,7 +28,7 @@ JOURNAL = "example/journal"
 async def stub(tmp_path: Path) -> AsyncIterator[broker_pb2_grpc.JournalStub]:
     replica = Replica(JournalSpec(JOURNAL, replication=1), tmp_path)
     server = plain_server()
-    add_journal_service(JournalService({JOURNAL: replica}), server)
+    add_journal_service(JournalService(JournalRouting({JOURNAL: replica})), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -42,6 +42,8 @@ DEFAULT_TIMEOUT = 10.0
 class EtcdError(GazetteError):
     """etcd could not be reached or refused a request."""
 
+    retriable = True
+
 
 class LeaseNotFound(EtcdError):
     """etcd refused a write under a lease it no longer has (expired or revoked)."""

@@ -94,6 +94,10 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     Route (a peer is unreachable or has not caught up with the Route). Nothing
     was appended; retry once the Route is repaired.
     """
+    APPEND_TOO_LARGE: _Status.ValueType  # 17
+    """The append is larger than the broker's limit (--broker.max-append-size).
+    Nothing was appended; split it, or raise the limit.
+    """
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper):
     """Status is the outcome of a broker RPC. Every response carries one. Anything
@@ -161,6 +165,10 @@ REPLICATION_FAILED: Status.ValueType  # 16
 """The primary could not replicate the append to every peer of the journal's
 Route (a peer is unreachable or has not caught up with the Route). Nothing
 was appended; retry once the Route is repaired.
+"""
+APPEND_TOO_LARGE: Status.ValueType  # 17
+"""The append is larger than the broker's limit (--broker.max-append-size).
+Nothing was appended; split it, or raise the limit.
 """
 Global___Status: _TypeAlias = Status  # noqa: Y015
 

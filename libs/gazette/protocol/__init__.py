@@ -46,6 +46,7 @@ from gazette.protocol.member_spec import MemberSpec, ProcessId
 from gazette.protocol.replica_status import ReplicaState, ReplicaStatus, combined_status
 from gazette.protocol.route import EMPTY_ROUTE, Route, route_from_pb
 from gazette.protocol.shard_spec import ShardSource, ShardSpec
+from gazette.protocol.status import ShardStatus, Status
 from gazette.protocol.trees import SpecChange, journal_changes_from_yaml, specs_to_yaml
 
 __all__ = [
@@ -67,7 +68,9 @@ __all__ = [
     "Route",
     "ShardSource",
     "ShardSpec",
+    "ShardStatus",
     "SpecChange",
+    "Status",
     "Suspend",
     "SuspendLevel",
     "broker_spec_from_pb",

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from gazette.errors import GazetteError
+from gazette.protocol import Status
 
 
 class StatusError(GazetteError):
-    """A refusal the protocol names: `status` is a broker `Status` name."""
+    """A refusal the protocol names by its `status`; nothing was written."""
 
-    def __init__(self, status: str, message: str) -> None:
-        self.status, self.message = status, message
+    def __init__(self, status: Status | str, message: str) -> None:
+        self.status: Status | str = Status(status) if status in Status.__members__ \
+            else status
+        self.message = message
         super().__init__(f"{status}: {message}")
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        return isinstance(self.status, Status) and self.status.retriable
 
 
 class AppendError(StatusError):

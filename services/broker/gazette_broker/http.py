@@ -20,9 +20,10 @@ grant the request, each with the reason. ``GET`` (and ``HEAD``) ``/metrics`` and
 ``/healthz`` stay open; any other method on those paths is a journal request like any
 other (`gazette.cluster.http_app`).
 
-In a cluster, a journal this broker is not primary of (appends) or holds no replica of
-(reads) goes through `forward`, a client of this broker's own gRPC service, which
-routes it to the broker that serves it.
+Requests are routed as gRPC ones are (`gazette_broker.routing`): in a cluster, an append
+to a journal this broker is not primary of, or a read of one it holds no replica of, is
+forwarded to the broker that serves it over the broker's shared channels
+(`gazette_broker.forward`), carrying the caller's token.
 
 Errors map to statuses: unknown journal 404, bad parameters or names 400, append refused
 by the journal (read-only) or read of a write-only one 403, a body that stalls 408, over
@@ -39,52 +40,47 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from ssl import SSLContext
-from typing import Any
 
 from aiohttp import web
 
 from gazette import names
 from gazette.auth import Authorizer, Caller, Capability
-from gazette.client import (
-    RETRYABLE_STATUSES,
-    AppendResult,
-    AppendUncertain,
-    BrokerError,
-    JournalClient,
-    ReadChunk,
-    Unavailable,
-)
-from gazette.cluster import CLOSED_DELETED, HttpRunner, http_app
+from gazette.client import AppendResult, AppendUncertain
+from gazette.cluster import HttpRunner, http_app
 from gazette.errors import ValidationError, short_repr
-from gazette.fragment import CorruptFragment, JournalClosed
+from gazette.fragment import CorruptFragment, JournalClosed, fragment_from_pb
 from gazette.fragment.store import StoreError
 from gazette.labels import EMPTY, journal_labels
-from gazette.protocol import JournalSpec
-from gazette_broker.errors import AppendError, AppendStalled
-from gazette_broker.reads import ReadError
-from gazette_broker.replica import TOO_LARGE, Replica
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import JournalSpec, Status, labels_from_pb
+from gazette_broker.errors import AppendStalled, StatusError
+from gazette_broker.forward import ForwardFailed, forward_append
+from gazette_broker.http_reads import read_chunks
+from gazette_broker.routing import JournalRouting, JournalUnready
 
 log = logging.getLogger(__name__)
 
+#: HTTP codes of the protocol's refusals (any other: 500).
 STATUS_CODES = {
-    "JOURNAL_NOT_FOUND": 404,
-    "INVALID_OFFSET": 400,
-    "NOT_ALLOWED": 403,
-    "WRONG_APPEND_OFFSET": 409,
-    "REGISTER_MISMATCH": 409,
-    "OFFSET_NOT_YET_AVAILABLE": 416,
-    "NOT_JOURNAL_BROKER": 503,
-    "NO_JOURNAL_PRIMARY_BROKER": 503,
-    "NOT_JOURNAL_PRIMARY_BROKER": 503,
-    "INSUFFICIENT_JOURNAL_BROKERS": 503,
-    "REPLICATION_FAILED": 503,
-    "WRONG_ROUTE": 503,
-    "FRAGMENT_STORE_UNHEALTHY": 503,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
+    Status.JOURNAL_NOT_FOUND: 404,
+    Status.NOT_ALLOWED: 403,
+    Status.APPEND_TOO_LARGE: 413,
+    Status.WRONG_APPEND_OFFSET: 409,
+    Status.REGISTER_MISMATCH: 409,
+    Status.OFFSET_NOT_YET_AVAILABLE: 416,
+    Status.NOT_JOURNAL_BROKER: 503,
+    Status.NO_JOURNAL_PRIMARY_BROKER: 503,
+    Status.NOT_JOURNAL_PRIMARY_BROKER: 503,
+    Status.INSUFFICIENT_JOURNAL_BROKERS: 503,
+    Status.REPLICATION_FAILED: 503,
+    Status.WRONG_ROUTE: 503,
+    Status.FRAGMENT_STORE_UNHEALTHY: 503,
 }
+#: HTTP codes of a forward's gRPC failures (any other: 503, nothing was written).
+FORWARD_CODES = {"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "INVALID_ARGUMENT": 400,
+                 "DATA_LOSS": 500}
 #: Bytes of request body handed to the replica at once.
 BODY_CHUNK = 256 << 10
 #: Bodies up to this size are held, so that an append refused while its journal's route
@@ -97,6 +93,7 @@ MAX_OFFSET = (1 << 63) - 1
 #: Answer header: whether a failed append wrote nothing ("not-written": send it again)
 #: or may have ("unknown").
 OUTCOME = "X-Gazette-Outcome"
+NOT_WRITTEN = {OUTCOME: "not-written", "Retry-After": "1"}
 
 
 class HttpError(web.HTTPException):
@@ -108,10 +105,6 @@ class HttpError(web.HTTPException):
         self.status_code = status
         self.retry = retry
         super().__init__(text=reason + "\n", content_type="text/plain", headers=headers)
-
-
-def _error_for(status: str, message: str) -> HttpError:
-    return HttpError(STATUS_CODES.get(status, 500), message)
 
 
 def _journal(request: web.Request) -> str:
@@ -149,26 +142,42 @@ def _bool_param(request: web.Request, name: str) -> bool:
     raise HttpError(400, f"{name}: expected true or false, got {raw!r}")
 
 
-class HttpGateway:
-    """Serves `replicas` over HTTP; `ready` tells ``/healthz`` whether to pass."""
+def refusal(err: StatusError | JournalUnready | ForwardFailed) -> HttpError:
+    """The answer to a request the broker (this one or the one it went to) refused: for
+    an append, nothing was written."""
+    if isinstance(err, JournalUnready):
+        return HttpError(503, err.reason, {OUTCOME: "not-written", "Retry-After": "5"},
+                         retry=err.soon)
+    if isinstance(err, ForwardFailed):
+        code = FORWARD_CODES.get(err.code.name)
+        if code is not None:
+            return HttpError(code, str(err))
+        return HttpError(503, f"{err}; nothing was written", NOT_WRITTEN, retry=True)
+    status = err.status
+    message = f"{status}: {err.message}"
+    if isinstance(status, Status) and status.retriable:
+        return HttpError(503, f"{message}; nothing was written", NOT_WRITTEN,
+                         retry=status.route_changing)
+    return HttpError(STATUS_CODES.get(status, 500) if isinstance(status, Status) else 500,
+                     message)
 
-    def __init__(self, replicas: Mapping[str, Replica],
+
+class HttpGateway:
+    """Serves the journals `routing` routes over HTTP; `ready` tells ``/healthz``
+    whether to pass."""
+
+    def __init__(self, routing: JournalRouting,
                  ready: Callable[[], bool] = lambda: True, grace: float = 5.0,
-                 unready: Mapping[str, str] | None = None,
-                 forward: JournalClient | None = None,
                  content_type: Callable[[str], str] = lambda journal: "",
                  max_append_size: int = 0, authorizer: Authorizer | None = None,
                  spec_of: Callable[[str], JournalSpec | None] = lambda journal: None
                  ) -> None:
-        """`forward`: a client of this broker's gRPC service, for journals served
-        elsewhere; `content_type` of a journal by its spec's labels; `authorizer`
-        checks callers' tokens (None: open), against the labels of `spec_of`."""
-        self.replicas = replicas
+        """`content_type` of a journal by its spec's labels; `authorizer` checks
+        callers' tokens (None: open), against the labels of `spec_of`."""
+        self.routing = routing
         self.authorizer, self.spec_of = authorizer, spec_of
-        self.forward, self.content_type = forward, content_type
+        self.content_type = content_type
         self.max_append_size = max_append_size
-        #: Journals with a spec that cannot be served yet, and why (503).
-        self.unready: Mapping[str, str] = unready if unready is not None else {}
         self.ready = ready
         app = http_app(lambda: self.ready(), authorizer or Authorizer(None, {}),
                        self._authorize)
@@ -203,19 +212,9 @@ class HttpGateway:
             caller.require_scope(journal_labels(
                 journal, spec.labels if spec is not None else EMPTY), f"journal {journal}")
 
-    def _forwarded(self, request: web.Request, primary: bool) -> str:
-        """The journal of `request` if it goes through `forward` (this broker is not its
-        primary, for an append, or holds no replica of it); "" if served here."""
-        journal = _journal(request)
-        replica = self.replicas.get(journal)
-        if self.forward is None or journal in self.unready or (
-                replica is not None and (replica.is_primary or not primary)):
-            return ""
-        return journal
-
     async def _append(self, request: web.Request) -> web.Response:
         journal = _journal(request)
-        replica = self.replicas.get(journal)
+        replica = self.routing.replicas.get(journal)
         limit = replica.max_append_size if replica is not None else self.max_append_size
         size = request.content_length
         if size is not None and limit and size > limit:
@@ -252,104 +251,89 @@ class HttpGateway:
 
     async def _append_once(self, journal: str, body: AsyncIterator[bytes]
                            ) -> tuple[AppendResult, int]:
-        """One attempt: here if this broker is the journal's primary, else through
-        `forward`. `HttpError` says whether anything may have been written."""
-        replica = self.replicas.get(journal)
+        """One attempt: here if this broker is the journal's primary, else forwarded to
+        it. `HttpError` says whether anything may have been written."""
+        routing = self.routing
         try:
-            if self.forward is None or journal in self.unready or (
-                    replica is not None and replica.is_primary):
-                replica = self._replica_of(journal)
-                result = await replica.append(body)
-                return result, replica.write_head
-            result = await self.forward.append(journal, body)
+            routed = await routing.resolve(journal)
+            target = routing.append_target(routed)
+            if not isinstance(target, str):
+                result = await target.append(body)
+                return result, target.write_head
+            assert routed.res is not None
+            resp = await forward_append(routing.forwarding, target,
+                                        pb.AppendRequest(journal=journal),
+                                        routing.header(res=routed.res), body)
+            status = Status.of(resp.status)
+            if status is not Status.OK:
+                raise StatusError(status, f"{journal}: {resp.detail}" if resp.detail
+                                  else journal)
+            result = AppendResult(fragment_from_pb(resp.commit),
+                                  labels_from_pb(resp.registers, "registers"))
             return result, result.commit.end
-        except AppendError as err:
-            raise _refused(err.status, err.message) from None
-        except BrokerError as err:
-            raise _refused(err.status, f"{journal}: {err.detail}" if err.detail
-                           else journal) from None
+        except ValidationError as err:
+            raise HttpError(400, str(err)) from None
+        except (StatusError, JournalUnready, ForwardFailed) as err:
+            raise refusal(err) from None
         except AppendStalled as err:
             raise HttpError(408, f"REQUEST_TIMEOUT: {err}") from None
         except AppendUncertain as err:
             raise HttpError(504, f"APPEND_UNCERTAIN: {err}",
                             {OUTCOME: "unknown"}) from None
-        except Unavailable as err:
-            raise HttpError(503, f"{err}; nothing was written",
-                            {OUTCOME: "not-written", "Retry-After": "1"}, retry=True) from None
 
     async def _read(self, request: web.Request) -> web.StreamResponse:
         journal = _journal(request)
         offset = _int_param(request, "offset", 0, -1)
         end_offset = _int_param(request, "end_offset", 0, 0)
         block = _bool_param(request, "block")
-        forwarded = self._forwarded(request, primary=False)
-        replica = None if forwarded else self._replica_of(journal)
-        chunks: Any
-        if replica is not None:
-            chunks = replica.read(offset, block=block, end_offset=end_offset)
-            content_type = (replica.spec.labels.values("content-type") or ("",))[0]
-            headers = {"X-Gazette-Write-Head": str(replica.write_head)}
+        routing = self.routing
+        try:
+            routed = await routing.resolve(journal)
+            target = routing.read_target(routed)
+        except ValidationError as err:
+            raise HttpError(400, str(err)) from None
+        except (StatusError, JournalUnready) as err:
+            raise refusal(err) from None
+        if isinstance(target, str):
+            content_type, headers = self.content_type(journal), {}
         else:
-            assert self.forward is not None
-            chunks = self.forward.read(forwarded, offset, block=block, end_offset=end_offset)
-            content_type, headers = self.content_type(forwarded), {}
+            content_type = (target.spec.labels.values("content-type") or ("",))[0]
+            headers = {"X-Gazette-Write-Head": str(target.write_head)}
         response = web.StreamResponse(headers={
             "Content-Type": content_type or "application/octet-stream", **headers})
-        pos = offset
+        chunks = read_chunks(routing, routed, target, offset, block, end_offset)
         try:
-            first: ReadChunk | None = None
             if not block:  # a read that cannot start gets a status, not an empty 200
                 first = await anext(chunks, None)
-                if first is None and replica is None:
+                if first is None and isinstance(target, str):
                     raise HttpError(416, f"OFFSET_NOT_YET_AVAILABLE: nothing to read at "
-                                    f"offset {offset} of {forwarded} yet")
+                                    f"offset {offset} of {journal} yet")
                 if first is not None:
                     response.headers["X-Gazette-Write-Head"] = str(first.write_head)
                     response.headers["X-Gazette-Offset"] = str(first.offset)
                     response.headers["X-Gazette-Fragment"] = first.fragment.path
-            await response.prepare(request)
-            if first is not None:
-                await response.write(first.content)
-                pos = first.end
-            while True:
-                try:
-                    async for chunk in chunks:
-                        await response.write(chunk.content)
-                        pos = chunk.end
-                    break
-                except JournalClosed:
-                    # Moved to other brokers: read on through them; deleted: the
-                    # connection is cut (a reader must not take it for the end).
-                    if replica is None or replica.closed == CLOSED_DELETED or \
-                            self.forward is None:
-                        raise
-                    await chunks.aclose()
-                    chunks = self.forward.read(journal, pos, block=block,
-                                               end_offset=end_offset)
-                    replica = None
-        except ReadError as err:
-            if response.prepared:  # pragma: no cover - raised only before any content
-                raise
-            raise _error_for(err.status, str(err)) from None
-        except JournalClosed as err:
+                await response.prepare(request)
+                if first is not None:
+                    await response.write(first.content)
+            else:
+                await response.prepare(request)
+            async for chunk in chunks:
+                await response.write(chunk.content)
+        except JournalClosed as err:  # deleted: the connection is cut
             if response.prepared:
                 log.info("HTTP read of %s ended: %s", journal, err)
                 if request.transport is not None:
                     request.transport.abort()
                 return response
             raise HttpError(404, f"JOURNAL_NOT_FOUND: {journal}") from None
-        except BrokerError as err:
+        except (StatusError, ForwardFailed, JournalUnready) as err:
             if response.prepared:
-                raise
-            raise _error_for(err.status, f"{err.status}: {forwarded}") from None
-        except Unavailable as err:
-            if response.prepared:
-                raise
-            raise HttpError(503, str(err)) from None
+                raise  # the connection is cut: the reader sees a truncated body
+            raise refusal(err) from None
         except CorruptFragment as err:  # undecodable ones too (the cache's FragmentDecoder)
             log.error("HTTP read of %s: %s", journal, err)
             if response.prepared:
-                raise  # the connection is cut: the reader sees a truncated body
+                raise
             raise HttpError(500, f"DATA_LOSS: {err}") from None
         except StoreError as err:
             if response.prepared:
@@ -359,29 +343,8 @@ class HttpGateway:
             return response  # the reader went away: nothing more to write, not even EOF
         finally:
             await chunks.aclose()
-        if response.prepared:
-            await response.write_eof()
+        await response.write_eof()
         return response
-
-    def _replica_of(self, journal: str) -> Replica:
-        replica = self.replicas.get(journal)
-        if replica is None and journal in self.unready:
-            raise HttpError(503, self.unready[journal], {OUTCOME: "not-written",
-                                                         "Retry-After": "5"})
-        if replica is None:
-            raise HttpError(404, f"JOURNAL_NOT_FOUND: {journal}")
-        return replica
-
-
-def _refused(status: str, detail: str) -> HttpError:
-    """The answer to an append the broker refused (nothing was written)."""
-    if status == "NOT_ALLOWED" and TOO_LARGE in detail:
-        return HttpError(413, f"{status}: {detail}")
-    if status in RETRYABLE_STATUSES or status == "FRAGMENT_STORE_UNHEALTHY":
-        return HttpError(503, f"{status}: {detail}; nothing was written",
-                         {OUTCOME: "not-written", "Retry-After": "1"},
-                         retry=status in RETRYABLE_STATUSES)
-    return _error_for(status, f"{status}: {detail}")
 
 
 async def _one(data: bytes) -> AsyncIterator[bytes]:

@@ -78,10 +78,6 @@ PEER_PERSIST_DELAY = 5.0
 SYNC_RETRY_SECONDS, SYNC_RETRY_MAX = 0.5, 5.0
 
 
-#: How a refusal for size begins (the HTTP gateway answers it 413).
-TOO_LARGE = "append is larger than the"
-
-
 @dataclass
 class Shared:
     """What every replica of a broker shares: the persister and stores, one cache of
@@ -262,8 +258,8 @@ class Replica(PrimarySide, ReadSide, PeerSide):
                     async for chunk in chunks:
                         idle.touch()
                         if size + len(chunk) > self.max_append_size:
-                            raise AppendError("NOT_ALLOWED", f"{TOO_LARGE} "
-                                              f"{self.max_append_size}-byte limit")
+                            raise AppendError("APPEND_TOO_LARGE", "append is larger than "
+                                              f"the {self.max_append_size}-byte limit")
                         spool.write(chunk, summed=True)
                         await sha1.update(chunk)
                         if pipeline is not None:

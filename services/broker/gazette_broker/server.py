@@ -29,7 +29,6 @@ from grpc_health.v1._async import HealthServicer
 
 from gazette.allocator import assignments_of, route_of
 from gazette.auth import Capability, MemberSecurity, SecurityConfig
-from gazette.client import JournalClient
 from gazette.cluster import (
     DEFAULT_ETCD_STARTUP_TIMEOUT,
     DEFAULT_LEASE_TTL,
@@ -44,6 +43,7 @@ from gazette.shell import default_member_suffix, grpc_server_on
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE
+from gazette_broker.routing import JournalRouting
 from gazette_broker.service import JOURNAL_CAPABILITIES, JournalService, add_journal_service
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,6 @@ class BrokerServer:
         self.http: HttpGateway | None = None
         self.grpc_port = 0
         self.http_port = 0
-        self._forward: JournalClient | None = None
         self._started = False
 
     @property
@@ -170,22 +169,17 @@ class BrokerServer:
             self.security.interceptors())
         self.member = MemberSpec(self.id, self.endpoint, cfg.journal_limit,
                                  store_schemes=self.store_schemes)
-        service = JournalService(self.broker.replicas, self.etcd, self.keyspace, self.layout,
-                                 member=self.member, unready=self.broker.unready,
-                                 resolver=self.broker.resolver, channels=self.broker.channels,
-                                 wait_serving=self.broker.wait_serving)
-        add_journal_service(service, self.grpc_server)
+        self.routing = JournalRouting(
+            self.broker.replicas, self.etcd, self.keyspace, self.layout, member=self.member,
+            unready=self.broker.unready, resolver=self.broker.resolver,
+            channels=self.broker.channels, wait_serving=self.broker.wait_serving)
+        add_journal_service(JournalService(self.routing), self.grpc_server)
         # Malformed health checks too: INVALID_ARGUMENT naming the field.
         add_guarded(health_pb2_grpc.add_HealthServicer_to_server, self.health,
                     self.grpc_server)
         if cfg.http_port >= 0:
-            # The gateway's calls carry its HTTP caller's token.
-            self._forward = JournalClient(self.grpc_address,
-                                          auth=self.security.caller_auth())
-            self.http = HttpGateway(self.broker.replicas, ready=self.membership.ready,
-                                    grace=cfg.grace, unready=self.broker.unready,
-                                    forward=self._forward,
-                                    content_type=self._content_type,
+            self.http = HttpGateway(self.routing, ready=self.membership.ready,
+                                    grace=cfg.grace, content_type=self._content_type,
                                     max_append_size=cfg.max_append_size,
                                     authorizer=self.security.authorizer,
                                     spec_of=self._spec_of)
@@ -259,8 +253,6 @@ class BrokerServer:
         if self.http is not None:
             stopping.append(self.http.stop())
         await asyncio.gather(*stopping, return_exceptions=True)
-        if self._forward is not None:
-            await self._forward.close()
         await self.broker.close(drain_timeout=cfg.persist_timeout)
         await self.membership.leave()  # the member spec goes with its lease
         if self._own_spool_dir and not self.broker.persister_backlog():

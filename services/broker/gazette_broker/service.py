@@ -23,6 +23,7 @@ from gazette.auth import Capability
 from gazette.cluster.malformed import add_guarded
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import decode_append_request, decode_replicate_request, encode_read_response
+from gazette_broker.routing import JournalRouting
 from gazette_broker.service_appends import AppendRpcs
 from gazette_broker.service_reads import ReadRpcs
 from gazette_broker.service_specs import SpecRpcs
@@ -58,8 +59,33 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
     add_guarded(broker_pb2_grpc.add_JournalServicer_to_server, service, server, adjust)
 
 
-class JournalService(  # type: ignore[misc]  # content types: see add_journal_service
-        SpecRpcs, AppendRpcs, ReadRpcs, broker_pb2_grpc.JournalServicer):
+class JournalService(broker_pb2_grpc.JournalServicer):
     """The gRPC Journal service of a broker: specs (`SpecRpcs`), appends and
-    replication (`AppendRpcs`), reads and fragments (`ReadRpcs`), each in its own
-    module over what they share (`JournalRouting`)."""
+    replication (`AppendRpcs`), reads and fragments (`ReadRpcs`), each in its own module
+    and each holding the `routing` they share."""
+
+    def __init__(self, routing: JournalRouting) -> None:
+        self.routing = routing
+        self.specs, self.appends = SpecRpcs(routing), AppendRpcs(routing)
+        self.reads = ReadRpcs(routing)
+
+    def List(self, request: Any, context: Any) -> Any:
+        return self.specs.List(request, context)
+
+    def Apply(self, request: Any, context: Any) -> Any:
+        return self.specs.Apply(request, context)
+
+    def Append(self, request_iterator: Any, context: Any) -> Any:
+        return self.appends.Append(request_iterator, context)
+
+    def AppendWhole(self, request: Any, context: Any) -> Any:
+        return self.appends.AppendWhole(request, context)
+
+    def Replicate(self, request_iterator: Any, context: Any) -> Any:
+        return self.appends.Replicate(request_iterator, context)
+
+    def Read(self, request: Any, context: Any) -> Any:
+        return self.reads.Read(request, context)
+
+    def ListFragments(self, request: Any, context: Any) -> Any:
+        return self.reads.ListFragments(request, context)

@@ -24,9 +24,11 @@ from gazette.fragment import CorruptFragment, JournalClosed, fragment_to_pb
 from gazette.fragment.store import StoreError
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import ReadContent, duration_from_pb
+from gazette_broker.forward import FRAGMENTS_METHOD, READ_METHOD
 from gazette_broker.reads import ReadError
 from gazette_broker.replica import Replica
-from gazette_broker.service_routing import JournalRouting
+from gazette_broker.routing import JournalRouting, Refused
+from gazette_broker.service_routing import pinned, resolved
 
 log = logging.getLogger(__name__)
 
@@ -34,31 +36,31 @@ log = logging.getLogger(__name__)
 READ_SIGNATURE_TTL = timedelta(hours=1)
 #: Fragments per ListFragments page unless the request asks for fewer.
 DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT = 1000, 10_000
-READ_METHOD = "/gazette.broker.Journal/Read"
-FRAGMENTS_METHOD = "/gazette.broker.Journal/ListFragments"
 
 
-class ReadRpcs(JournalRouting):
-    """The Read and ListFragments RPCs."""
+class ReadRpcs:
+    """The Read and ListFragments RPCs over `routing`."""
+
+    def __init__(self, routing: JournalRouting) -> None:
+        self.routing = routing
 
     async def Read(  # ReadContent: see add_journal_service
             self, request: pb.ReadRequest, context: Any,
     ) -> AsyncIterator[pb.ReadResponse | ReadContent | bytes]:
-        res, replica = await self._resolve(
-            request.journal, request.header if request.HasField("header") else None, context)
-        if replica is None:
-            if res is None or res.spec is None:
-                yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND, header=self._header(res=res))
-                return
-            endpoint = self._reader_endpoint(res)
-            if request.do_not_proxy or not endpoint:
-                yield pb.ReadResponse(status=pb.NOT_JOURNAL_BROKER, header=self._header(res=res))
-                return
-            # Generators are closed here, when the read ends or is cancelled, not later
-            # by the garbage collector.
+        routing = self.routing
+        routed = await resolved(routing, request.journal, pinned(request), context)
+        try:
+            replica = routing.read_target(routed, forward=not request.do_not_proxy)
+        except Refused as err:
+            yield pb.ReadResponse(status=err.status.code, header=routing.header(res=err.res))
+            return
+        if isinstance(replica, str):
+            # Passed on as received. Generators are closed here, when the read ends or
+            # is cancelled, not later by the garbage collector.
+            assert routed.res is not None
             async with contextlib.aclosing(forward_stream(
-                    self._forwarding, endpoint, READ_METHOD,
-                    proxied(request, self._header(res=res)), context,
+                    routing.forwarding, replica, READ_METHOD,
+                    proxied(request, routing.header(res=routed.res)), context,
                     f"reading {request.journal}")) as forwarded:
                 async for raw in forwarded:
                     yield raw
@@ -73,7 +75,7 @@ class ReadRpcs(JournalRouting):
                     end_offset=request.end_offset)) as chunks:
                 async for chunk in chunks:
                     yield ReadContent(pb.ReadResponse(
-                        status=pb.OK, header=self._header() if first else None,
+                        status=pb.OK, header=self.routing.header() if first else None,
                         offset=chunk.offset, write_head=chunk.write_head,
                         fragment=fragment_to_pb(chunk.fragment)), chunk.content)
                     first = False
@@ -101,27 +103,26 @@ class ReadRpcs(JournalRouting):
         from (the client then reads it there, sparing this broker the bytes)."""
         offset, frag = await replica.locate(request.offset, block=request.block)
         url = await replica.sign(frag, READ_SIGNATURE_TTL) if replica.is_remote(frag) else ""
-        return pb.ReadResponse(status=pb.OK, header=self._header(), offset=offset,
+        return pb.ReadResponse(status=pb.OK, header=self.routing.header(), offset=offset,
                                write_head=replica.write_head,
                                fragment=fragment_to_pb(frag), fragment_url=url)
 
     async def ListFragments(self, request: pb.FragmentsRequest, context: Any
                             ) -> pb.FragmentsResponse:
-        res, replica = await self._resolve(
-            request.journal, request.header if request.HasField("header") else None, context)
-        if replica is None:
-            if res is None or res.spec is None:
-                return pb.FragmentsResponse(status=pb.JOURNAL_NOT_FOUND,
-                                            header=self._header(res=res))
-            endpoint = self._reader_endpoint(res)
-            if request.do_not_proxy or not endpoint:
-                return pb.FragmentsResponse(status=pb.NOT_JOURNAL_BROKER,
-                                            header=self._header(res=res))
+        routing = self.routing
+        routed = await resolved(routing, request.journal, pinned(request), context)
+        try:
+            replica = routing.read_target(routed, forward=not request.do_not_proxy)
+        except Refused as err:
+            return pb.FragmentsResponse(status=err.status.code,
+                                        header=routing.header(res=err.res))
+        if isinstance(replica, str):
+            assert routed.res is not None
             return await forward_unary(
-                self._forwarding, endpoint, FRAGMENTS_METHOD,
-                proxied(request, self._header(res=res)), pb.FragmentsResponse.FromString,
-                context, f"listing fragments of {request.journal}")
-        assert replica is not None  # abort() raised otherwise
+                routing.forwarding, replica, FRAGMENTS_METHOD,
+                proxied(request, routing.header(res=routed.res)),
+                pb.FragmentsResponse.FromString, context,
+                f"listing fragments of {request.journal}")
         problem = ""
         if request.next_page_token < 0:
             problem = "next_page_token: must not be negative"
@@ -160,5 +161,5 @@ class ReadRpcs(JournalRouting):
                     await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
             items.append(pb.FragmentsResponse.Item(spec=fragment_to_pb(frag), signed_url=url,
                                                    persist_error=replica.persist_error(frag)))
-        return pb.FragmentsResponse(status=pb.OK, header=self._header(), fragments=items,
+        return pb.FragmentsResponse(status=pb.OK, header=self.routing.header(), fragments=items,
                                     next_page_token=next_token)

@@ -25,15 +25,19 @@ from gazette.protocol import (
     journal_spec_to_pb,
     selector_from_pb,
 )
-from gazette_broker.service_routing import JournalRouting
+from gazette_broker.routing import JournalRouting
+from gazette_broker.service_routing import authorize
 
 log = logging.getLogger(__name__)
 
-class SpecRpcs(JournalRouting):
-    """The Apply and List RPCs."""
+class SpecRpcs:
+    """The Apply and List RPCs over `routing`."""
+
+    def __init__(self, routing: JournalRouting) -> None:
+        self.routing = routing
 
     async def Apply(self, request: pb.ApplyRequest, context: Any) -> pb.ApplyResponse:
-        etcd, layout = self.etcd, self.layout
+        etcd, layout = self.routing.etcd, self.routing.layout
         if etcd is None or layout is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no etcd")
         assert etcd is not None and layout is not None  # abort() raised otherwise
@@ -57,8 +61,8 @@ class SpecRpcs(JournalRouting):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except TxnConflict as err:
             return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED,
-                                    header=self._header(err.revision))
-        return pb.ApplyResponse(status=pb.OK, header=self._header(revision),
+                                    header=self.routing.header(err.revision))
+        return pb.ApplyResponse(status=pb.OK, header=self.routing.header(revision),
                                 warnings=self._warnings(changes))
 
     async def _authorize_changes(self, changes: list[SpecChange[JournalSpec]], context: Any
@@ -67,27 +71,27 @@ class SpecRpcs(JournalRouting):
         it deletes or replaces, and the spec it writes."""
         if not current_caller().claims.scoped:
             return
-        assert self.keyspace is not None and self.layout is not None
+        assert self.routing.keyspace is not None and self.routing.layout is not None
         for change in changes:
-            entry = self.keyspace.get(self.layout.items + change.name)
+            entry = self.routing.keyspace.get(self.routing.layout.items + change.name)
             before = entry.value if entry is not None and isinstance(
                 entry.value, JournalSpec) else None
             specs: list[JournalSpec | None] = [
                 s for s in (before, change.spec) if s is not None]
             for spec in specs or [None]:
-                await self._authorize(change.name, spec, context)
+                await authorize(change.name, spec, context)
 
     def _warnings(self, changes: list[SpecChange[JournalSpec]]) -> list[str]:
         """What in applied specs is likely not what their author meant."""
-        assert self.keyspace is not None and self.layout is not None
-        brokers = [e.value for e in self.keyspace.prefixed(self.layout.members)
+        assert self.routing.keyspace is not None and self.routing.layout is not None
+        brokers = [e.value for e in self.routing.keyspace.prefixed(self.routing.layout.members)
                    if isinstance(e.value, MemberSpec) and e.value.item_limit > 0]
         out = []
         for change in changes:
             spec = change.spec
             if spec is None:
                 continue
-            if self.resolver is not None and spec.replication > len(brokers):
+            if self.routing.resolver is not None and spec.replication > len(brokers):
                 out.append(f"{spec.name}: replication {spec.replication} is more than the "
                            f"{len(brokers)} broker(s) of the cluster: its appends are "
                            f"refused (INSUFFICIENT_JOURNAL_BROKERS) until there are "
@@ -96,7 +100,7 @@ class SpecRpcs(JournalRouting):
                 out.append(f"{spec.name}: no fragment stores: its content is never "
                            "persisted, and is lost when its brokers stop (set "
                            "fragment.stores)")
-            elif self.resolver is not None and brokers and not any(
+            elif self.routing.resolver is not None and brokers and not any(
                     b.serves_stores(spec.fragment.stores) for b in brokers):
                 kinds = sorted({k for b in brokers for k in b.store_schemes})
                 out.append(f"{spec.name}: no broker can serve its stores "
@@ -106,7 +110,7 @@ class SpecRpcs(JournalRouting):
         return out
 
     def _listing(self, selector: Any) -> pb.ListResponse:
-        assert self.keyspace is not None and self.layout is not None
+        assert self.routing.keyspace is not None and self.routing.layout is not None
         journals = []
         claims = current_caller().claims  # a token sees only the journals it covers
         for entry in self._candidates(selector):
@@ -116,38 +120,38 @@ class SpecRpcs(JournalRouting):
             labels = journal_labels(spec.name, spec.labels)
             if selector.matches(labels) and claims.allows(labels):
                 route: pb.Route | None = None
-                if self.resolver is not None:
-                    res = self.resolver.resolve(spec.name)
+                if self.routing.resolver is not None:
+                    res = self.routing.resolver.resolve(spec.name)
                     route = res.route.with_endpoints(res.endpoints).to_pb()
                 else:
-                    route = self._route if spec.name in self.replicas else None
+                    route = self.routing.lone_route if spec.name in self.routing.replicas else None
                 journals.append(pb.ListResponse.Journal(
                     spec=journal_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
                     create_revision=entry.kv.create_revision, route=route))
-        return pb.ListResponse(status=pb.OK, header=self._header(self.keyspace.revision),
-                               journals=journals)
+        return pb.ListResponse(status=pb.OK, journals=journals,
+                               header=self.routing.header(self.routing.keyspace.revision))
 
     def _candidates(self, selector: Selector) -> list[Entry[Any]]:
         """The specs a selector may match: those it names (``name=``), or those under
         the prefixes it names (``prefix=``), else all; so that listing one journal does
         not cost a look at every one."""
-        assert self.keyspace is not None and self.layout is not None
-        items = self.layout.items
+        assert self.routing.keyspace is not None and self.routing.layout is not None
+        items = self.routing.layout.items
         names_ = selector.include.values("name")
         if names_ and all(names_):
-            found = (self.keyspace.get(items + n) for n in sorted(set(names_)))
+            found = (self.routing.keyspace.get(items + n) for n in sorted(set(names_)))
             return [e for e in found if e is not None]
         prefixes = selector.include.values("prefix")
         if prefixes and all(prefixes):
             seen: dict[str, Entry[Any]] = {}
             for prefix in prefixes:
-                seen.update((e.kv.key, e) for e in self.keyspace.prefixed(items + prefix))
+                seen.update((e.kv.key, e) for e in self.routing.keyspace.prefixed(items + prefix))
             return [seen[k] for k in sorted(seen)]
-        return self.keyspace.prefixed(items)
+        return self.routing.keyspace.prefixed(items)
 
     async def List(self, request: pb.ListRequest, context: Any
                    ) -> AsyncIterator[pb.ListResponse]:
-        keyspace, layout = self.keyspace, self.layout
+        keyspace, layout = self.routing.keyspace, self.routing.layout
         if keyspace is None or layout is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this broker has no etcd")
         assert keyspace is not None and layout is not None  # abort() raised otherwise

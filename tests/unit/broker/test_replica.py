@@ -77,7 +77,7 @@ async def test_refusals_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(AppendError, match="WRONG_APPEND_OFFSET"):
         await r.append(chunks(b"x"), offset=0)
     assert (await r.append(chunks(b"d"), offset=3)).commit.begin == 3
-    with pytest.raises(AppendError, match="NOT_ALLOWED: append is larger"):
+    with pytest.raises(AppendError, match="APPEND_TOO_LARGE: append is larger"):
         await r.append(chunks(b"123456", b"789012"))
     assert r.write_head == 4 and r.spool.read(0, 100) == b"abcd"
     ro = replica(tmp_path / "ro", replace(SPEC, flags=JournalFlags.O_RDONLY))
