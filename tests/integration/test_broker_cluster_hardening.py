@@ -20,8 +20,7 @@ from gazette.keyspace import Txn
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker import BrokerServer, pipeline
-from gazette_broker import replica as replica_module
+from gazette_broker import BrokerServer, pipeline, replica_state
 from tests.fixtures.broker import applied, broker_config, consistent, read_all
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import run_process
@@ -198,7 +197,7 @@ async def test_a_peer_that_becomes_primary_persists_its_held_copies_at_once(
     (the primary uploads the same content); but a peer that becomes primary may hold
     content no one else does (an append in doubt that only it committed), and a crash
     in that wait left a hole that readers stalled in. It uploads at once instead."""
-    monkeypatch.setattr(replica_module, "PEER_PERSIST_DELAY", 120.0)
+    monkeypatch.setattr(replica_state, "PEER_PERSIST_DELAY", 120.0)
     await applied(cluster)
     primary = primary_of(cluster, "cluster/r2")
     peer = next(s for s in cluster if s is not primary and s.id in route_of(

@@ -314,7 +314,7 @@ async def test_every_journal_shares_one_bounded_cache(
         await asyncio.wait_for(server.broker.persister.wait_idle(), 20)
         for name in names:
             assert len([c async for c in client.read(name)]) >= 3  # from the cache
-        caches = {id(server.broker.replicas[n]._cache) for n in names}
+        caches = {id(server.broker.replicas[n].state.cache) for n in names}
         assert len(caches) == 1
         cache = server.broker.shared.cache
         assert cache is not None

@@ -36,13 +36,13 @@ from gazette.fragment.store import FragmentStore, StoreError, store_for
 from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout
 from gazette.protocol import JournalSpec, ProcessId
 from gazette.supervise import Supervisor
-from gazette_broker.primary import Peering
 from gazette_broker.replica import (
     DEFAULT_APPEND_IDLE_TIMEOUT,
     DEFAULT_MAX_APPEND_SIZE,
     Replica,
     Shared,
 )
+from gazette_broker.replica_state import Peering
 
 log = logging.getLogger(__name__)
 

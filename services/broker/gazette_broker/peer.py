@@ -1,5 +1,5 @@
-"""A replica's side of a primary's Replicate stream: content into its spool, committed
-(or dropped) at each proposal.
+"""A replica's peer part: it serves a primary's Replicate stream into the spool, content
+committed (or dropped) at each proposal.
 
 One session is served at a time, the newest: a primary opens a stream only after giving
 up the last one (which may linger, half-open, until keepalives notice). A session ends
@@ -12,34 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter
 
-from gazette.fragment import (
-    Fragment,
-    JournalIndex,
-    Spool,
-    ThreadedSha1,
-    fragment_from_pb,
-    fragment_to_pb,
-)
-from gazette.labels import LabelSet
+from gazette.fragment import Fragment, ThreadedSha1, fragment_from_pb, fragment_to_pb
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import (
-    CompressionCodec,
-    JournalSpec,
-    ProcessId,
-    ReplicateContent,
-    labels_from_pb,
-    labels_to_pb,
-)
-
-if TYPE_CHECKING:
-    from concurrent.futures import Executor
-
-    from gazette.cluster import Resolution
-    from gazette_broker.primary import Peering
+from gazette.protocol import ProcessId, ReplicateContent, labels_from_pb, labels_to_pb
+from gazette_broker.replica_state import ReplicaState
 
 REPLICATED_BYTES = Counter("gazette_broker_replicated_bytes_total",
                            "Bytes committed into this broker's spools as a peer")
@@ -47,23 +27,12 @@ REPLICATED_BYTES = Counter("gazette_broker_replicated_bytes_total",
 Reply = Callable[[pb.ReplicateResponse], Awaitable[None]]
 
 
-class PeerSide:
-    """The peer half of `Replica` (whose constructor sets these)."""
+class PeerPart:
+    """A replica's peer part: it serves primaries' Replicate streams into the spool."""
 
-    index: JournalIndex
-    registers: LabelSet
-    resolution: Resolution[JournalSpec] | None
-    closed: str
-    _spool: Spool
-    _lock: asyncio.Lock
-    _sessions: int
-    _route_changed: asyncio.Event
-    _peering: Peering | None
-    _hasher: Executor | None
-
-    if TYPE_CHECKING:  # Replica's
-        async def _roll_to(self, begin: int, codec: CompressionCodec | None = None
-                           ) -> None: ...
+    def __init__(self, state: ReplicaState) -> None:
+        self.state = state
+        self.sessions = 0  # sessions started: the latest one is served
 
     async def replicate(self, first: pb.ReplicateRequest,
                         requests: AsyncIterator[ReplicateContent], reply: Reply) -> None:
@@ -71,24 +40,26 @@ class PeerSide:
         answer its first proposal, then take content into the spool and commit (or
         drop) it at each proposal, until the stream ends, our route changes (then
         WRONG_ROUTE: the primary must sync under the new one) or the replica closes."""
-        primary = self.resolution.route.primary_id if self.resolution else None
-        self._sessions += 1
-        session = self._sessions
-        self._wake_sessions()
-        async with self._lock:
-            if session != self._sessions or self.closed:
+        state = self.state
+        primary = state.resolution.route.primary_id if state.resolution else None
+        self.sessions += 1
+        session = self.sessions
+        state.wake_sessions()
+        async with state.lock:
+            if session != self.sessions or state.closed:
                 return  # superseded while waiting, or closed
             await reply(await self._on_proposal(first))
             try:
                 await self._serve(session, primary, requests, reply)
             except BaseException:
-                self._spool.rollback()
+                state.spool.rollback()
                 raise
 
     async def _serve(self, session: int, primary: ProcessId | None,
                      requests: AsyncIterator[ReplicateContent], reply: Reply) -> None:
+        state = self.state
         summer: ThreadedSha1 | None = None
-        changed: asyncio.Future[Any] = asyncio.ensure_future(self._route_changed.wait())
+        changed: asyncio.Future[Any] = asyncio.ensure_future(state.route_changed.wait())
         nxt: asyncio.Future[Any] | None = None
         try:
             while True:
@@ -96,10 +67,10 @@ class PeerSide:
                     nxt = asyncio.ensure_future(anext(requests))
                 await asyncio.wait({nxt, changed}, return_when=asyncio.FIRST_COMPLETED)
                 if changed.done():
-                    if session != self._sessions or self.closed:
+                    if session != self.sessions or state.closed:
                         # Superseded by a newer stream, or the replica closed.
-                        self._spool.rollback()
-                        if self.closed:
+                        state.spool.rollback()
+                        if state.closed:
                             await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
                         return
                     # Another route: the session goes on only while its primary is
@@ -107,26 +78,26 @@ class PeerSide:
                     # new route after this append; another primary never commits
                     # through an old one's session.
                     if not self._serves(primary):
-                        self._spool.rollback()
+                        state.spool.rollback()
                         await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
                         return
-                    changed = asyncio.ensure_future(self._route_changed.wait())
+                    changed = asyncio.ensure_future(state.route_changed.wait())
                 if not nxt.done():
                     continue
                 try:
                     msg = nxt.result()
                 except StopAsyncIteration:
-                    self._spool.rollback()
+                    state.spool.rollback()
                     return
                 nxt = None
                 if msg.content:
-                    spool = self._spool
+                    spool = state.spool
                     if msg.meta.content_delta != spool.written - spool.end:
                         spool.rollback()
                         await reply(self._mismatch())
                         return
                     if summer is None:
-                        summer = ThreadedSha1(self._hasher, also=[spool.pending_sum],
+                        summer = ThreadedSha1(state.shared.hasher, also=[spool.pending_sum],
                                               own=False)
                     spool.write(msg.content, summed=True)
                     await summer.update(msg.content)
@@ -134,8 +105,8 @@ class PeerSide:
                 if summer is not None:
                     await summer.digest()
                     summer = None
-                if not self._serves(primary) or self.closed:
-                    self._spool.rollback()
+                if not self._serves(primary) or state.closed:
+                    state.spool.rollback()
                     await reply(pb.ReplicateResponse(status=pb.WRONG_ROUTE))
                     return
                 answer = await self._on_proposal(msg.meta)
@@ -148,15 +119,9 @@ class PeerSide:
             if nxt is not None:
                 nxt.cancel()
 
-    def _wake_sessions(self) -> None:
-        """Have peer sessions check whether they may go on (route changed, a newer
-        session came, or the replica closed)."""
-        self._route_changed.set()
-        self._route_changed = asyncio.Event()
-
     def _serves(self, primary: ProcessId | None) -> bool:
         """Whether a peer session of `primary` may go on under the current route."""
-        res, peering = self.resolution, self._peering
+        res, peering = self.state.resolution, self.state.peering
         return res is not None and peering is not None and primary is not None and \
             res.route.primary_id == primary and peering.me in res.route.members
 
@@ -164,30 +129,31 @@ class PeerSide:
         """Commit the pending content if the proposal is the spool extended by it; drop
         it if the proposal is the spool as committed; roll to it if it is an empty
         fragment at or past our end; otherwise PROPOSAL_MISMATCH with what we hold."""
+        state = self.state
         proposal = fragment_from_pb(request.proposal, "proposal")
-        spool = self._spool
+        spool = state.spool
         if spool.written != spool.end:
             if _same(proposal, spool.pending):
                 REPLICATED_BYTES.inc(spool.written - spool.end)
                 spool.commit()
-                self.index.add(spool.fragment)
-                self.registers = labels_from_pb(request.registers, "registers")
+                state.index.add(spool.fragment)
+                state.registers = labels_from_pb(request.registers, "registers")
                 return pb.ReplicateResponse(status=pb.OK)
             spool.rollback()
         if _same(proposal, spool.fragment):
-            self.registers = labels_from_pb(request.registers, "registers")
+            state.registers = labels_from_pb(request.registers, "registers")
             return pb.ReplicateResponse(status=pb.OK)
         if proposal.begin == proposal.end and proposal.begin >= spool.end:
             registers = labels_from_pb(request.registers, "registers")
-            await self._roll_to(proposal.begin, proposal.codec)
-            self.registers = registers
+            await state.roll_to(proposal.begin, proposal.codec)
+            state.registers = registers
             return pb.ReplicateResponse(status=pb.OK)
         return self._mismatch()
 
     def _mismatch(self) -> pb.ReplicateResponse:
         return pb.ReplicateResponse(status=pb.PROPOSAL_MISMATCH,
-                                    fragment=fragment_to_pb(self._spool.fragment),
-                                    registers=labels_to_pb(self.registers))
+                                    fragment=fragment_to_pb(self.state.spool.fragment),
+                                    registers=labels_to_pb(self.state.registers))
 
 
 def _same(a: Fragment, b: Fragment) -> bool:

@@ -7,12 +7,14 @@ acknowledges; the append commits on the primary only when every peer has. A fail
 before that proposal leaves nothing committed anywhere (`ReplicationFailed`); one after
 it leaves the outcome unknown (`ReplicationUncertain`): some peers may have committed.
 Either way the pipeline is broken, and the next append opens a new one.
+`append_outcome` is how either becomes the outcome of an append.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ import grpc
 from prometheus_client import Counter
 
 from gazette.allocator import Route
+from gazette.client import AppendUncertain
 from gazette.cluster import Channels
 from gazette.fragment import Fragment, fragment_to_pb
 from gazette.labels import LabelSet
@@ -30,7 +33,7 @@ from gazette.protocol import (
     encode_replicate_request,
     labels_to_pb,
 )
-from gazette_broker.errors import StatusError
+from gazette_broker.errors import AppendError, StatusError
 
 PIPELINES = Counter("gazette_broker_pipelines_opened_total",
                     "Replication pipelines opened by primaries")
@@ -57,6 +60,22 @@ class ReplicationUncertain(Exception):
     def __init__(self, message: str) -> None:
         REPLICATION_FAILURES.labels("uncertain").inc()
         super().__init__(message)
+
+
+@contextlib.contextmanager
+def append_outcome(journal: str, *, commits_content: bool) -> Iterator[None]:
+    """Turn a replication that failed into what the append answers: `AppendError` when
+    nothing was committed; when peers may have committed, `AppendUncertain` if the
+    proposal carried the append's content, else (a sync or roll commits no content)
+    `AppendError` REPLICATION_FAILED."""
+    try:
+        yield
+    except ReplicationFailed as err:
+        raise AppendError(err.status, err.message) from None
+    except ReplicationUncertain as err:
+        if commits_content:
+            raise AppendUncertain(journal, str(err)) from None
+        raise AppendError("REPLICATION_FAILED", str(err)) from None
 
 
 @dataclass

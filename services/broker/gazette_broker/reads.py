@@ -21,21 +21,15 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
 from gazette.client import ReadChunk
-from gazette.fragment import Fragment, FragmentCache, JournalClosed, JournalIndex, Spool, read_file
-from gazette.fragment.store import FragmentStore, StoreError
-from gazette.protocol import JournalSpec
+from gazette.fragment import Fragment, JournalClosed, read_file
+from gazette.fragment.store import StoreError
 from gazette_broker.errors import StatusError
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from gazette_broker.replica_state import Gap, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -56,55 +50,35 @@ class ReadError(StatusError):
     """A read that cannot be served (yet)."""
 
 
-@dataclass
-class Gap:
-    """Offsets [begin, end) this replica does not hold and its peers do (until they
-    persist them): rolled past when it joined the route, or found missing."""
+class ReadPart:
+    """A replica's read part: reads, and the gaps they wait in or give up."""
 
-    begin: int
-    end: int
-
-
-class ReadSide:
-    """The read half of `Replica` (whose constructor sets these)."""
-
-    spec: JournalSpec
-    index: JournalIndex
-    closed: str
-    _spool: Spool
-    _closed: dict[tuple[int, int], Path]
-    _gaps: list[Gap]
-    _skipped: list[tuple[int, int]]
-    _last_gap_refresh: float
-    _cache: FragmentCache
-    _store_for: Callable[[str], FragmentStore] | None
-
-    @property
-    def write_head(self) -> int:
-        return self._spool.end
-
-    if TYPE_CHECKING:  # Replica's
-        async def refresh(self, now: float | None = None) -> None: ...
+    def __init__(self, state: ReplicaState) -> None:
+        self.state = state
+        self.skipped: list[tuple[int, int]] = []  # gaps reads gave up
+        self.last_gap_refresh = 0.0
 
     def _check_open(self) -> None:
-        if self.closed:
-            raise JournalClosed(f"{self.spec.name}: {self.closed}")
+        state = self.state
+        if state.closed:
+            raise JournalClosed(f"{state.spec.name}: {state.closed}")
 
     def _locate(self, offset: int) -> tuple[int, Fragment | None, bool]:
         """Where `offset` is read from now: (offset, fragment, whether it is the open
         spool's). The offset moves forward past a hole (content removed by retention);
         the fragment is None at or beyond the write head, and in a gap (any hole that
         retention does not explain)."""
+        state = self.state
         if offset == -1:
-            offset = self.write_head
+            offset = state.write_head
         if offset < 0:
             raise ReadError("INVALID_OFFSET", f"offset must be -1 or >= 0, got {offset}")
-        spool = self._spool
+        spool = state.spool
         if offset >= spool.end:
             return offset, None, False
         if offset >= spool.begin:
             return offset, spool.fragment, True
-        found = self.index.find(offset)
+        found = state.index.find(offset)
         if found is None or found.begin > offset:  # no fragment here holds `offset`
             if self._in_gap(offset):
                 return offset, None, False  # peers hold it: wait until it is persisted
@@ -114,8 +88,8 @@ class ReadSide:
                 end = found.begin if found is not None and found.begin < spool.begin \
                     else spool.begin
                 log.info("%s: no fragment known here holds [%d, %d): reads wait for it to "
-                         "be persisted", self.spec.name, offset, end)
-                self._gaps.append(Gap(offset, end))
+                         "be persisted", state.spec.name, offset, end)
+                state.gaps.append(Gap(offset, end))
                 return offset, None, False
         if found is None or found.begin >= spool.begin:
             # A hole reaching up to the open spool: the read goes on from there (and
@@ -129,12 +103,13 @@ class ReadSide:
         """Whether no fragment holds `offset` because it was removed on purpose:
         retention removes a journal's oldest fragments (those before the first one the
         stores hold), or a read gave that gap up."""
-        if any(begin <= offset < end for begin, end in self._skipped):
+        if any(begin <= offset < end for begin, end in self.skipped):
             return True
         # With no fragment left at all, the first one the stores hold is the open spool.
-        fragments = self.index.fragments()
-        first = fragments.begin_offset if len(fragments) else self._spool.begin
-        return bool(self.spec.fragment.retention) and offset < first
+        state = self.state
+        fragments = state.index.fragments()
+        first = fragments.begin_offset if len(fragments) else state.spool.begin
+        return bool(state.spec.fragment.retention) and offset < first
 
     def _in_gap(self, offset: int) -> bool:
         """Whether `offset` is in a gap this replica rolled past that is neither persisted
@@ -142,9 +117,10 @@ class ReadSide:
         return self._gap_at(offset) is not None
 
     def _gap_at(self, offset: int) -> Gap | None:
-        for gap in list(self._gaps):
-            if self.index.covers(gap.begin, gap.end):
-                self._gaps.remove(gap)
+        gaps = self.state.gaps
+        for gap in list(gaps):
+            if self.state.index.covers(gap.begin, gap.end):
+                gaps.remove(gap)
             elif gap.begin <= offset < gap.end:
                 return gap
         return None
@@ -160,31 +136,31 @@ class ReadSide:
             GAPS_SKIPPED.inc()
             log.error("%s: offsets [%d, %d) were not persisted by the peers that held them "
                       "within %.0fs of a read waiting for them: skipping them (they were "
-                      "never acknowledged, or their holders are gone)", self.spec.name,
+                      "never acknowledged, or their holders are gone)", self.state.spec.name,
                       gap.begin, gap.end, GAP_WAIT_SECONDS)
-            self._gaps.remove(gap)
-            self._skipped.append((gap.begin, gap.end))
+            self.state.gaps.remove(gap)
+            self.skipped.append((gap.begin, gap.end))
             return
         if not await self._refresh_for_gap():
-            await self.index.wait_changed(GAP_REFRESH_SECONDS)
+            await self.state.index.wait_changed(GAP_REFRESH_SECONDS)
 
     async def _refresh_for_gap(self) -> bool:
         """List the stores again for a read in a gap, unless that was just done;
         returns whether it was done now."""
         now = time.monotonic()
-        if now - self._last_gap_refresh < GAP_REFRESH_SECONDS:
+        if now - self.last_gap_refresh < GAP_REFRESH_SECONDS:
             return False
-        self._last_gap_refresh = now
+        self.last_gap_refresh = now
         try:
-            await self.refresh()
+            await self.state.refresh()
         except StoreError as err:
-            log.warning("listing %s for a read in a gap: %s", self.spec.name, err)
+            log.warning("listing %s for a read in a gap: %s", self.state.spec.name, err)
         return True
 
     def _check_readable(self) -> None:
         self._check_open()
-        if not self.spec.flags.may_read:
-            raise ReadError("NOT_ALLOWED", f"{self.spec.name} is write-only (O_WRONLY)")
+        if not self.state.spec.flags.may_read:
+            raise ReadError("NOT_ALLOWED", f"{self.state.spec.name} is write-only (O_WRONLY)")
 
     async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:
         """The offset a read at `offset` starts from and the fragment holding it (for
@@ -201,24 +177,25 @@ class ReadSide:
                 continue
             if not block:
                 raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"offset {offset} is at or "
-                                f"beyond the write head {self.write_head}")
-            await self.index.wait_for(offset)
+                                f"beyond the write head {self.state.write_head}")
+            await self.state.index.wait_for(offset)
 
     def is_remote(self, fragment: Fragment) -> bool:
         """Whether `fragment` is only in a store (not in a local spool)."""
         return bool(fragment.backing_store) and \
-            (fragment.begin, fragment.end) not in self._closed
+            (fragment.begin, fragment.end) not in self.state.closed_spools
 
     async def sign(self, fragment: Fragment, ttl: timedelta) -> str:
         """A URL to GET `fragment`'s file from its store for `ttl` ("" if unpersisted)."""
-        if not fragment.backing_store or self._store_for is None:
+        store_for = self.state.shared.store_for
+        if not fragment.backing_store or store_for is None:
             return ""
-        return await self._store_for(fragment.backing_store).sign(fragment, ttl)
+        return await store_for(fragment.backing_store).sign(fragment, ttl)
 
     def fragments(self) -> list[Fragment]:
         """The journal's fragments this broker knows, in offset order (the open spool's
         last)."""
-        return list(self.index.fragments())
+        return list(self.state.index.fragments())
 
     async def read(self, offset: int, *, block: bool = False,
                    end_offset: int = 0) -> AsyncGenerator[ReadChunk, None]:
@@ -243,8 +220,8 @@ class ReadSide:
                 if not block:
                     raise ReadError("OFFSET_NOT_YET_AVAILABLE",
                                     f"offset {offset} is at or beyond the write head "
-                                    f"{self.write_head}")
-                await self.index.wait_for(offset)
+                                    f"{self.state.write_head}")
+                await self.state.index.wait_for(offset)
                 since = time.monotonic()
                 continue
             limit = READ_CHUNK if not end_offset else min(READ_CHUNK, end_offset - offset)
@@ -255,7 +232,7 @@ class ReadSide:
             if not content:
                 continue  # the spool closed meanwhile: locate again
             READ_BYTES.inc(len(content))
-            yield ReadChunk(offset, content, frag, self.write_head)
+            yield ReadChunk(offset, content, frag, self.state.write_head)
             offset += len(content)
             served = True
             since = time.monotonic()
@@ -264,7 +241,7 @@ class ReadSide:
                           ) -> bytes | bytearray:
         """Committed content of the open spool: from the page cache on the loop, else
         (the disk would be read) in a worker thread."""
-        spool = self._spool
+        spool = self.state.spool
         cached = spool.read_cached(offset, size)
         if cached is not None:
             return cached
@@ -277,26 +254,27 @@ class ReadSide:
     async def _read_fragment(self, frag: Fragment, offset: int, size: int) -> bytes:
         """Content of a closed fragment: its local file while there is one, else its
         persisted copy (which the index holds before the local file goes)."""
-        path = self._closed.get((frag.begin, frag.end))
+        state = self.state
+        path = state.closed_spools.get((frag.begin, frag.end))
         if path is not None:
             try:
                 return await asyncio.to_thread(read_file, path, offset - frag.begin, size)
             except FileNotFoundError:
-                self._closed.pop((frag.begin, frag.end), None)  # persisted meanwhile
+                state.closed_spools.pop((frag.begin, frag.end), None)  # persisted meanwhile
         if not frag.backing_store:
-            persisted = self.index.find(offset)
+            persisted = state.index.find(offset)
             if persisted is None or not persisted.backing_store or \
                     not persisted.contains(offset):
                 raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"fragment {frag.path} is "
                                 "neither local nor persisted")
             frag = persisted
-        if self._store_for is None:
+        if state.shared.store_for is None:
             raise ReadError("OFFSET_NOT_YET_AVAILABLE",
                             f"fragment {frag.path} is persisted, and stores are not read here")
-        store = self._store_for(frag.backing_store)
+        store = state.shared.store_for(frag.backing_store)
         try:
-            cached = await self._cache.get(store, frag)
+            cached = await state.cache.get(store, frag)
             return await asyncio.to_thread(read_file, cached, offset - frag.begin, size)
         except FileNotFoundError:  # evicted between fetch and read: fetch again
-            cached = await self._cache.get(store, frag)
+            cached = await state.cache.get(store, frag)
             return await asyncio.to_thread(read_file, cached, offset - frag.begin, size)

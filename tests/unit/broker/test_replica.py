@@ -226,7 +226,7 @@ async def test_a_corrupt_stored_fragment_is_reported_never_served(tmp_path: Path
         with pytest.raises(CorruptFragment, match=first.path):
             async for _ in r.read(0):
                 pass
-        assert not any(r._cache.directory.glob("*-*"))  # nothing bad cached
+        assert not any(r.state.cache.directory.glob("*-*"))  # nothing bad cached
         # The broker keeps serving what is intact.
         later = b"".join([c.content async for c in r.read(first.end)])
         assert later == b"".join(appends)[first.end:]
@@ -240,7 +240,7 @@ async def test_a_fresh_broker_continues_after_and_serves_persisted_content(
     first, appends, root, _, task = await _rolled_replica(tmp_path, persist=True)
     try:
         await first.roll()
-        await asyncio.wait_for(first._persister.wait_idle(), 30)  # type: ignore[union-attr]
+        await asyncio.wait_for(first.shared.persister.wait_idle(), 30)  # type: ignore[union-attr]
         fresh = await Replica.open(SPEC, tmp_path / "fresh-spools", Shared(
             None, lambda url: store_for(url, file_root=root)))
         assert fresh.write_head == sum(map(len, appends))
@@ -277,7 +277,7 @@ async def test_a_read_in_a_hole_up_to_the_spool_goes_on_from_the_spool(
     try:
         r.spec = spec
         await r.roll()
-        await asyncio.wait_for(r._persister.wait_idle(), 30)  # type: ignore[union-attr]
+        await asyncio.wait_for(r.shared.persister.wait_idle(), 30)  # type: ignore[union-attr]
         old = time.time() - 7200
         for path in (root / "store").rglob("*.raw"):
             os.utime(path, (old, old))  # everything persisted is past retention
@@ -343,11 +343,11 @@ async def test_sums_taken_on_the_hasher_thread_match_the_content(tmp_path: Path)
 async def test_the_cache_evicts_past_its_bound_and_refetches(tmp_path: Path) -> None:
     r, appends, _, _, task = await _rolled_replica(tmp_path, persist=True)
     try:
-        r._cache.max_bytes = 6000  # about one fragment
+        r.state.cache.max_bytes = 6000  # about one fragment
         everything = b"".join(appends)
         for _ in range(2):
             assert b"".join([c.content async for c in r.read(0)]) == everything
-            cached = list(r._cache.directory.glob("*-*"))
+            cached = list(r.state.cache.directory.glob("*-*"))
             assert sum(p.stat().st_size for p in cached) <= 6000
     finally:
         task.cancel()

@@ -24,8 +24,8 @@ from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import CompressionCodec, FragmentSpec, JournalSpec, ProcessId
 from gazette_broker.pipeline import Pipeline, ReplicationFailed
-from gazette_broker.primary import Peering
 from gazette_broker.replica import Replica, Shared
+from gazette_broker.replica_state import Peering
 
 SPEC = JournalSpec("example/journal", replication=1,
                    fragment=FragmentSpec(length=4096, compression_codec=CompressionCodec.NONE,
@@ -138,7 +138,7 @@ async def test_the_run_loop_survives_failed_announcements(tmp_path: Path) -> Non
     task = asyncio.create_task(r.run())
     try:
         deadline = time.monotonic() + 10
-        while r._announced != route:
+        while r.as_primary.announced != route:
             assert not task.done(), f"the loop ended: {task}"
             assert time.monotonic() < deadline, "never announced"
             await asyncio.sleep(0.02)
