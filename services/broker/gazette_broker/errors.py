@@ -9,15 +9,13 @@ from gazette.protocol import Status
 class StatusError(GazetteError):
     """A refusal the protocol names by its `status`; nothing was written."""
 
-    def __init__(self, status: Status | str, message: str) -> None:
-        self.status: Status | str = Status(status) if status in Status.__members__ \
-            else status
-        self.message = message
+    def __init__(self, status: Status, message: str) -> None:
+        self.status, self.message = status, message
         super().__init__(f"{status}: {message}")
 
     @property
     def retriable(self) -> bool:  # type: ignore[override]
-        return isinstance(self.status, Status) and self.status.retriable
+        return self.status.retriable
 
 
 class AppendError(StatusError):

@@ -155,11 +155,10 @@ def refusal(err: StatusError | JournalUnready | ForwardFailed) -> HttpError:
         return HttpError(503, f"{err}; nothing was written", NOT_WRITTEN, retry=True)
     status = err.status
     message = f"{status}: {err.message}"
-    if isinstance(status, Status) and status.retriable:
+    if status.retriable:
         return HttpError(503, f"{message}; nothing was written", NOT_WRITTEN,
                          retry=status.route_changing)
-    return HttpError(STATUS_CODES.get(status, 500) if isinstance(status, Status) else 500,
-                     message)
+    return HttpError(STATUS_CODES.get(status, 500), message)
 
 
 class HttpGateway:

@@ -29,6 +29,7 @@ from gazette.labels import LabelSet
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import (
     ProcessId,
+    Status,
     encode_replicate_content,
     encode_replicate_request,
     labels_to_pb,
@@ -49,7 +50,7 @@ PROPOSAL_TIMEOUT = 10.0
 class ReplicationFailed(StatusError):
     """Replication failed before a commit was proposed: nothing was committed."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: Status, message: str) -> None:
         REPLICATION_FAILURES.labels("failed").inc()
         super().__init__(status, message)
 
@@ -75,7 +76,7 @@ def append_outcome(journal: str, *, commits_content: bool) -> Iterator[None]:
     except ReplicationUncertain as err:
         if commits_content:
             raise AppendUncertain(journal, str(err)) from None
-        raise AppendError("REPLICATION_FAILED", str(err)) from None
+        raise AppendError(Status.REPLICATION_FAILED, str(err)) from None
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Pipeline:
         answers, peer by peer. `ReplicationFailed` if a peer cannot be reached."""
         for pid, endpoint in peers:  # before any stream is opened: none to clean up
             if not endpoint:
-                raise ReplicationFailed("REPLICATION_FAILED",
+                raise ReplicationFailed(Status.REPLICATION_FAILED,
                                         f"peer {pid} of {journal} has no endpoint")
         opened = []
         for pid, endpoint in peers:
@@ -119,12 +120,12 @@ class Pipeline:
             replies = await pipeline._exchange(first)
         except ReplicationUncertain as err:  # nothing was pending: nothing committed
             pipeline.close()
-            raise ReplicationFailed("REPLICATION_FAILED", str(err)) from None
+            raise ReplicationFailed(Status.REPLICATION_FAILED, str(err)) from None
         wrong = [(p, r) for p, r in zip(opened, replies, strict=True)
                  if r.status == pb.WRONG_ROUTE]
         if wrong:
             pipeline.close()
-            raise ReplicationFailed("WRONG_ROUTE", f"peer {wrong[0][0].id} of {journal} "
+            raise ReplicationFailed(Status.WRONG_ROUTE, f"peer {wrong[0][0].id} of {journal} "
                                     f"does not agree on route {route} yet")
         return pipeline, replies
 
@@ -137,7 +138,7 @@ class Pipeline:
             await asyncio.gather(*(p.call.write(raw) for p in self._peers))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as err:
             self.close()
-            raise ReplicationFailed("REPLICATION_FAILED",
+            raise ReplicationFailed(Status.REPLICATION_FAILED,
                                     f"streaming to a peer of {self.journal}: {_why(err)}") \
                 from None
 
@@ -159,7 +160,7 @@ class Pipeline:
             why = (f"peer {peer.id} answered {pb.Status.Name(reply.status)} to the "
                    f"proposal of {fragment.journal} [{fragment.begin}, {fragment.end})")
             if len(refused) == len(self._peers):  # no peer committed it
-                raise ReplicationFailed("REPLICATION_FAILED", why)
+                raise ReplicationFailed(Status.REPLICATION_FAILED, why)
             raise ReplicationUncertain(why)
 
     async def _exchange(self, request: pb.ReplicateRequest) -> list[pb.ReplicateResponse]:

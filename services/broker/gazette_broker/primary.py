@@ -19,7 +19,7 @@ from gazette.allocator import Route
 from gazette.cluster import Resolution
 from gazette.keyspace import EtcdError
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import JournalSpec, labels_from_pb
+from gazette.protocol import JournalSpec, Status, labels_from_pb
 from gazette_broker.errors import AppendError
 from gazette_broker.pipeline import (
     Pipeline,
@@ -78,10 +78,10 @@ class PrimaryPart:
         if peering is None:
             return None
         if res is None or res.route.primary_id != peering.me:
-            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+            raise AppendError(Status.NOT_JOURNAL_PRIMARY_BROKER,
                               f"{peering.me} is not the primary of {name}")
         if not peering.live():
-            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+            raise AppendError(Status.NOT_JOURNAL_PRIMARY_BROKER,
                               f"{peering.me} may have lost its lease: it takes no appends")
         pipeline = self.pipeline
         if pipeline is not None and not pipeline.broken and pipeline.route == res.route:

@@ -26,8 +26,10 @@ from datetime import timedelta
 from prometheus_client import Counter
 
 from gazette.client import ReadChunk
+from gazette.errors import ValidationError
 from gazette.fragment import Fragment, JournalClosed, read_file
 from gazette.fragment.store import StoreError
+from gazette.protocol import Status
 from gazette_broker.errors import StatusError
 from gazette_broker.replica_state import Gap, ReplicaState
 
@@ -72,7 +74,7 @@ class ReadPart:
         if offset == -1:
             offset = state.write_head
         if offset < 0:
-            raise ReadError("INVALID_OFFSET", f"offset must be -1 or >= 0, got {offset}")
+            raise ValidationError("offset", f"must be -1 or >= 0, got {offset}")
         spool = state.spool
         if offset >= spool.end:
             return offset, None, False
@@ -160,7 +162,7 @@ class ReadPart:
     def _check_readable(self) -> None:
         self._check_open()
         if not self.state.spec.flags.may_read:
-            raise ReadError("NOT_ALLOWED", f"{self.state.spec.name} is write-only (O_WRONLY)")
+            raise ReadError(Status.NOT_ALLOWED, f"{self.state.spec.name} is write-only (O_WRONLY)")
 
     async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:
         """The offset a read at `offset` starts from and the fragment holding it (for
@@ -176,7 +178,7 @@ class ReadPart:
                 await self._wait_in_gap(offset, since)
                 continue
             if not block:
-                raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"offset {offset} is at or "
+                raise ReadError(Status.OFFSET_NOT_YET_AVAILABLE, f"offset {offset} is at or "
                                 f"beyond the write head {self.state.write_head}")
             await self.state.index.wait_for(offset)
 
@@ -218,7 +220,7 @@ class ReadPart:
                 if served and not block:
                     return  # read through to the head: done
                 if not block:
-                    raise ReadError("OFFSET_NOT_YET_AVAILABLE",
+                    raise ReadError(Status.OFFSET_NOT_YET_AVAILABLE,
                                     f"offset {offset} is at or beyond the write head "
                                     f"{self.state.write_head}")
                 await self.state.index.wait_for(offset)
@@ -265,11 +267,11 @@ class ReadPart:
             persisted = state.index.find(offset)
             if persisted is None or not persisted.backing_store or \
                     not persisted.contains(offset):
-                raise ReadError("OFFSET_NOT_YET_AVAILABLE", f"fragment {frag.path} is "
+                raise ReadError(Status.OFFSET_NOT_YET_AVAILABLE, f"fragment {frag.path} is "
                                 "neither local nor persisted")
             frag = persisted
         if state.shared.store_for is None:
-            raise ReadError("OFFSET_NOT_YET_AVAILABLE",
+            raise ReadError(Status.OFFSET_NOT_YET_AVAILABLE,
                             f"fragment {frag.path} is persisted, and stores are not read here")
         store = state.shared.store_for(frag.backing_store)
         try:

@@ -45,7 +45,7 @@ from gazette.fragment import Fragment, JournalIndex, Spool, ThreadedSha1
 from gazette.fragment.store import StoreError
 from gazette.labels import LabelSet, Selector
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol import JournalSpec, ReplicateContent
+from gazette.protocol import JournalSpec, ReplicateContent, Status
 from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.idle import IdleWatch
 from gazette_broker.peer import PeerPart, Reply
@@ -227,7 +227,7 @@ class Replica:
         if await persister.wait_for_room(stores[0], ROOM_WAIT_SECONDS):
             return
         health = persister.health(stores[0])
-        raise AppendError("FRAGMENT_STORE_UNHEALTHY", (
+        raise AppendError(Status.FRAGMENT_STORE_UNHEALTHY, (
             f"{self.spec.name}: {health.pending_bytes} bytes of its fragments wait to be "
             f"persisted to {stores[0]} (the broker's budget is "
             f"{persister.max_pending_bytes}); "
@@ -239,24 +239,24 @@ class Replica:
                       subtract_registers: LabelSet | None) -> AppendResult:
         state, name = self.state, self.spec.name
         if not self.spec.flags.may_write:
-            raise AppendError("NOT_ALLOWED", f"{name} is read-only (O_RDONLY)")
+            raise AppendError(Status.NOT_ALLOWED, f"{name} is read-only (O_RDONLY)")
         await self._check_room()
         async with state.lock:
             if state.closed:
-                raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+                raise AppendError(Status.NOT_JOURNAL_PRIMARY_BROKER,
                                   f"{name} is no longer served here ({state.closed})")
             pipeline = await self.as_primary.ready_pipeline()
             peering = state.peering
             members = len(state.resolution.route.members) if state.resolution else 1
             if members < self.spec.replication and peering is not None:
-                raise AppendError("INSUFFICIENT_JOURNAL_BROKERS",
+                raise AppendError(Status.INSUFFICIENT_JOURNAL_BROKERS,
                                   f"{name} has {members} of its "
                                   f"{self.spec.replication} brokers")
             if offset is not None and offset != state.write_head:
-                raise AppendError("WRONG_APPEND_OFFSET",
+                raise AppendError(Status.WRONG_APPEND_OFFSET,
                                   f"expected offset {offset}, write head is {state.write_head}")
             if check_registers is not None and not check_registers.matches(state.registers):
-                raise AppendError("REGISTER_MISMATCH", f"registers {state.registers!r} do not "
+                raise AppendError(Status.REGISTER_MISMATCH, f"registers {state.registers!r} do not "
                                   f"match {check_registers}")
             await self._maybe_roll(pipeline)
             spool, begin, size = state.spool, state.write_head, 0
@@ -274,7 +274,7 @@ class Replica:
                         async for chunk in chunks:
                             idle.touch()
                             if size + len(chunk) > self.max_append_size:
-                                raise AppendError("APPEND_TOO_LARGE", "append is larger than "
+                                raise AppendError(Status.APPEND_TOO_LARGE, "append is larger than "
                                                   f"the {self.max_append_size}-byte limit")
                             spool.write(chunk, summed=True)
                             await sha1.update(chunk)
@@ -286,7 +286,7 @@ class Replica:
                     if pipeline is not None:
                         assert peering is not None
                         if not peering.live() or not state.is_primary or state.closed:
-                            raise AppendError("NOT_JOURNAL_PRIMARY_BROKER",
+                            raise AppendError(Status.NOT_JOURNAL_PRIMARY_BROKER,
                                               f"{peering.me} is no longer the primary, or "
                                               f"may have lost its lease")
                         await pipeline.propose(spool.pending, registers)

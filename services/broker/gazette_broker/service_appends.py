@@ -93,7 +93,7 @@ class AppendRpcs:
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except AppendError as err:
-            return pb.AppendResponse(status=pb.Status.Value(err.status), header=header,
+            return pb.AppendResponse(status=err.status.code, header=header,
                                      detail=err.message)
         except ForwardFailed as err:
             if not err.retriable:  # the primary refused the caller (its token)

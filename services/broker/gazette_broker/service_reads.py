@@ -80,11 +80,9 @@ class ReadRpcs:
                         fragment=fragment_to_pb(chunk.fragment)), chunk.content)
                     first = False
         except ReadError as err:
-            if err.status in pb.Status.keys():  # noqa: SIM118 - an enum wrapper, not a dict
-                yield pb.ReadResponse(status=pb.Status.Value(err.status),
-                                      write_head=replica.write_head)
-            else:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            yield pb.ReadResponse(status=err.status.code, write_head=replica.write_head)
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except JournalClosed as err:
             if replica.closed == CLOSED_DELETED:
                 yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gazette.errors import ValidationError
 from gazette.fragment import CorruptFragment, Persister, decompress
 from gazette.fragment.store import store_for
 from gazette.labels import LabelSet, Selector
@@ -137,7 +138,7 @@ async def test_reads_from_the_spool_like_the_tutorials_gets(tmp_path: Path) -> N
     with pytest.raises(ReadError, match="OFFSET_NOT_YET_AVAILABLE"):
         async for _ in r.read(-1):
             pass
-    with pytest.raises(ReadError, match="INVALID_OFFSET"):
+    with pytest.raises(ValidationError, match="offset: must be -1 or >= 0"):
         async for _ in r.read(-7):
             pass
 
