@@ -198,7 +198,7 @@ class ConsumerMember:
 
     def primary_runner(self, shard: str) -> ShardRunner | None:
         """The runner of `shard` if this member is its primary (`AppServices`' host)."""
-        local = self.shards.items.get(shard)
+        local = self.local_shard(shard)
         return local.primary_runner if local is not None else None
 
     def status(self, shard: str) -> ReplicaStatus | None:
