@@ -10,10 +10,11 @@ Its own gRPC methods and HTTP routes go on its members through `AppServices`.
 
 from typing import TYPE_CHECKING, Any
 
-from gazette.consumer.app import Application, Progress, Shard
+from gazette.consumer.app import Application
+from gazette.consumer.app_services import AppServices, NoShardPrimary
+from gazette.consumer.app_shard import Progress, Shard
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.runner import ShardRunner, SourceError
-from gazette.consumer.services import AppServices, NoShardPrimary
 from gazette.consumer.store import JSONFileStore, MemoryStore, Store
 
 if TYPE_CHECKING:  # typed for checkers; loaded on first use (below)

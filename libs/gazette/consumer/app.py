@@ -1,4 +1,5 @@
-"""The application API: what a consumer application supplies, and the shard it gets.
+"""The application API: what a consumer application supplies (the shard it gets is
+`gazette.consumer.app_shard`'s `Shard`).
 
 An application subclasses `Application` and overrides `consume_message` (called for each
 read-committed message of the shard's sources, inside a transaction) and, usually,
@@ -17,70 +18,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gazette.consumer.app_services import AppServices
+from gazette.consumer.app_shard import Shard
 from gazette.consumer.store import MemoryStore, Store
 from gazette.message import Envelope, Publisher
-from gazette.protocol import JournalSpec, ShardSpec
-from gazette.recoverylog import RecordedFolder
-
-if TYPE_CHECKING:
-    from gazette.consumer.services import AppServices
-
-
-@dataclass
-class Progress:
-    """How far a shard has come: offsets read through per source journal as of its
-    last committed transaction, and counts of transactions and messages."""
-
-    committed: dict[str, int] = field(default_factory=dict)
-    transactions: int = 0
-    messages: int = 0
-    #: Set (and replaced) whenever a transaction commits: `wait_committed` waits on it.
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def restored(self, offsets: dict[str, int]) -> None:
-        """The shard starts from a checkpoint through `offsets`."""
-        self.committed = dict(offsets)
-        changed, self.changed = self.changed, asyncio.Event()
-        changed.set()
-
-    def record(self, offsets: dict[str, int], messages: int) -> None:
-        """A transaction committed through `offsets`, having consumed `messages`."""
-        self.committed = dict(offsets)
-        self.transactions += 1
-        self.messages += messages
-        changed, self.changed = self.changed, asyncio.Event()
-        changed.set()
-
-    async def wait_committed(self, through: dict[str, int]) -> None:
-        """Return once every journal of `through` is committed through its offset."""
-        while not all(self.committed.get(j, 0) >= o for j, o in through.items()):
-            await self.changed.wait()
-
-
-@dataclass
-class Shard:
-    """What an application gets of a shard: its `spec`, the `publisher` its messages go
-    through (uncommitted within the transaction, acknowledged once it commits), its
-    `progress`, and `stopping` (set when the shard is being stopped here). A member
-    makes one for each run of the shard (it starts, or starts again, here)."""
-
-    spec: ShardSpec
-    publisher: Publisher
-    progress: Progress = field(default_factory=Progress)
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    #: With a recovery log: the store's local folder, played from the log and
-    #: recorded into it (give it to `SQLiteStore` or `JSONFileStore`).
-    folder: RecordedFolder | None = None
-    #: The open transaction's own state (`Application.txn_state`), made afresh when each
-    #: transaction begins: an abandoned transaction's never reaches the next one.
-    txn: Any = None
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
+from gazette.protocol import JournalSpec
 
 
 class Application:

@@ -41,10 +41,10 @@ from gazette.cluster import (
 )
 from gazette.cluster.malformed import add_guarded
 from gazette.consumer.app import Application
+from gazette.consumer.app_services import AppServices, authorize_route
 from gazette.consumer.recovery import Recovery, Standby
 from gazette.consumer.runner import ShardRunner
-from gazette.consumer.service import SHARD_CAPABILITIES, ShardService
-from gazette.consumer.services import AppServices, authorize_route
+from gazette.consumer.service_shards import SHARD_CAPABILITIES, ShardService
 from gazette.consumer.shard import LocalShard
 from gazette.errors import ValidationError
 from gazette.keyspace import (
@@ -191,6 +191,15 @@ class ConsumerMember:
     def _standby(self, spec: ShardSpec) -> Standby:
         assert self.client is not None and self.recovery is not None, "start() first"
         return Standby(self.client, self.recovery, spec)
+
+    def local_shard(self, shard: str) -> LocalShard | None:
+        """`shard` if it is assigned to this member (`ShardService`'s host)."""
+        return self.shards.items.get(shard)
+
+    def primary_runner(self, shard: str) -> ShardRunner | None:
+        """The runner of `shard` if this member is its primary (`AppServices`' host)."""
+        local = self.local_shard(shard)
+        return local.primary_runner if local is not None else None
 
     def status(self, shard: str) -> ReplicaStatus | None:
         """The shard's status on this member (None: not assigned here)."""

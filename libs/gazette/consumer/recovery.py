@@ -31,7 +31,7 @@ import logging
 import secrets
 import shutil
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,6 +197,62 @@ async def recover(client: JournalClient, etcd: Etcd, spec: ShardSpec, root: Path
         return folder
     raise PlaybackError(f"shard {spec.id}: no hints could rebuild its store: "
                         + "; ".join(failures))
+
+
+async def run_recovered(client: JournalClient, recovery: Recovery, spec: ShardSpec,
+                        run: Callable[[RecordedFolder], Awaitable[None]],
+                        on_progress: Callable[[Progress], None] | None = None,
+                        standby: Player | None = None) -> None:
+    """Recover the shard's store into a folder of this run's own (`recover`; a hot
+    standby's, if it hands off from one: one left behind by an earlier run, still
+    running, never touches it), then `run` on it while its hints are written to etcd
+    (`keep_hints`), and its last hints once it ends; the folder is released after."""
+    root = standby.root if standby is not None else recovery.claim(spec.id)
+    try:
+        folder = await recover(client, recovery.etcd, spec, root, on_progress, standby)
+        try:
+            async with asyncio.TaskGroup() as group:
+                hints = group.create_task(keep_hints(recovery.etcd, spec, folder),
+                                          name=f"hints:{spec.id}")
+                await run(folder)
+                hints.cancel()
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from failed
+        finally:
+            folder.recorder.detach()
+            await store_last_hints(recovery.etcd, spec, folder)
+    finally:
+        await recovery.release(root)
+
+
+async def keep_hints(etcd: Etcd, spec: ShardSpec, folder: RecordedFolder) -> None:
+    """Write the store's hints to etcd every `HINTS_INTERVAL` (if they changed); a
+    failed write is logged and tried again next time."""
+    written = folder.hints
+    while True:
+        await asyncio.sleep(HINTS_INTERVAL)
+        hints = folder.hints
+        if hints is None or hints == written:
+            continue
+        try:
+            async with asyncio.timeout(HINTS_TIMEOUT):
+                await store_hints(etcd, spec, hints)
+            written = hints
+        except (GazetteError, TimeoutError) as err:  # etcd's, or writers racing
+            log.warning("shard %s: writing hints failed (tried again in %.0f s): %s",
+                        spec.id, HINTS_INTERVAL, err or "timed out")
+
+
+async def store_last_hints(etcd: Etcd, spec: ShardSpec, folder: RecordedFolder) -> None:
+    """The shard stops here: its last hints, so the next primary plays little."""
+    if folder.hints is None:
+        return
+    try:
+        async with asyncio.timeout(HINTS_TIMEOUT):
+            await store_hints(etcd, spec, folder.hints)
+    except Exception as err:  # noqa: BLE001 - best effort: older hints still work
+        log.warning("shard %s: writing its last hints failed: %s", spec.id,
+                    err or "timed out")
 
 
 class Standby:

@@ -40,16 +40,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from gazette.client import JournalClient
-from gazette.consumer.app import Application, Shard
+from gazette.client import JournalClient, ReadChunk
+from gazette.consumer.app import Application
+from gazette.consumer.app_shard import Shard
 from gazette.consumer.checkpoint import Checkpoint
-from gazette.consumer.recovery import (
-    HINTS_INTERVAL,
-    HINTS_TIMEOUT,
-    Recovery,
-    recover,
-    store_hints,
-)
+from gazette.consumer.recovery import Recovery, run_recovered
 from gazette.consumer.store import Store
 from gazette.errors import GazetteError
 from gazette.message import (
@@ -63,7 +58,7 @@ from gazette.message import (
     framing_for,
     read_uncommitted,
 )
-from gazette.protocol import JournalSpec
+from gazette.protocol import JournalSpec, ShardSpec
 from gazette.recoverylog import Player, RecordedFolder
 from gazette.recoverylog import Progress as PlayProgress
 from gazette.supervise import cancel_and_wait
@@ -95,6 +90,8 @@ READ_AHEAD_BATCHES = 8
 PRUNE_HORIZON = 24 * 3600.0
 
 Batch = tuple[str, list[Envelope]]
+#: Reads the envelopes of a journal from one offset to another (the Sequencer's replay).
+Replay = Callable[[str, int, int], AsyncIterator[list[Envelope]]]
 
 
 class SourceError(GazetteError):
@@ -164,7 +161,7 @@ class ShardRunner:
     """Runs `shard` of `app` as primary: reads its sources through `client`, appends
     what it publishes (and ACKs) through `appender` (an `AppendQueue`, say)."""
 
-    def __init__(self, shard_spec: Any, app: Application, client: JournalClient,
+    def __init__(self, shard_spec: ShardSpec, app: Application, client: JournalClient,
                  appender: AppendClient, recovery: Recovery | None = None) -> None:
         self.app, self.client, self.appender = app, client, appender
         self.recovery = recovery
@@ -187,7 +184,7 @@ class ShardRunner:
         self.store: Store | None = None
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> ShardSpec:
         return self.shard.spec
 
     async def run(self) -> None:
@@ -198,59 +195,18 @@ class ShardRunner:
         if self.recovery is None:
             raise GazetteError(f"shard {self.spec.id} has a recovery log, but the runner "
                                "was given no recovery (etcd, local folder)")
-        # A folder of this run's own (a hot standby's, if it hands off from one): one
-        # left behind by an earlier run, still running, never touches it.
-        root = self.standby.root if self.standby is not None else \
-            self.recovery.claim(self.spec.id)
+        await run_recovered(self.client, self.recovery, self.spec, self._run_recorded,
+                            self.on_progress, self.standby)
+
+    async def _run_recorded(self, folder: RecordedFolder) -> None:
+        """Run on the store's folder, recovered from the log (the hot standby, if any,
+        handed its player over)."""
+        self.standby = None
+        self.shard.folder = folder
         try:
-            folder = self.shard.folder = await recover(
-                self.client, self.recovery.etcd, self.spec, root, self.on_progress,
-                self.standby)
-            self.standby = None
-            try:
-                async with asyncio.TaskGroup() as group:
-                    hints = group.create_task(self._keep_hints(folder),
-                                              name=f"hints:{self.spec.id}")
-                    await self._run()
-                    hints.cancel()
-            except ExceptionGroup as failed:
-                raise failed.exceptions[0] from failed
-            finally:
-                folder.recorder.detach()
-                await self._store_last_hints(folder)
+            await self._run()
         finally:
             self.shard.folder = None
-            await self.recovery.release(root)
-
-    async def _keep_hints(self, folder: RecordedFolder) -> None:
-        """Write the store's hints to etcd every `HINTS_INTERVAL` (if they changed); a
-        failed write is logged and tried again next time."""
-        assert self.recovery is not None
-        written = folder.hints
-        while True:
-            await asyncio.sleep(HINTS_INTERVAL)
-            hints = folder.hints
-            if hints is None or hints == written:
-                continue
-            try:
-                async with asyncio.timeout(HINTS_TIMEOUT):
-                    await store_hints(self.recovery.etcd, self.spec, hints)
-                written = hints
-            except (GazetteError, TimeoutError) as err:  # etcd's, or writers racing
-                log.warning("shard %s: writing hints failed (tried again in %.0f s): %s",
-                            self.spec.id, HINTS_INTERVAL, err or "timed out")
-
-    async def _store_last_hints(self, folder: RecordedFolder) -> None:
-        """The shard stops here: its last hints, so the next primary plays little."""
-        assert self.recovery is not None
-        if folder.hints is None:
-            return
-        try:
-            async with asyncio.timeout(HINTS_TIMEOUT):
-                await store_hints(self.recovery.etcd, self.spec, folder.hints)
-        except Exception as err:  # noqa: BLE001 - best effort: older hints still work
-            log.warning("shard %s: writing its last hints failed: %s", self.spec.id,
-                        err or "timed out")
 
     async def _run(self) -> None:
         store: Store = await _maybe(self.app.new_store(self.shard))
@@ -311,7 +267,8 @@ class ShardRunner:
 
     async def _read(self, journal: str, offset: int, framing: Framing,
                     queue: asyncio.Queue[Batch]) -> None:
-        async def contents(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+        async def contents(chunks: AsyncIterator[ReadChunk]
+                           ) -> AsyncIterator[bytes | bytearray]:
             async for chunk in chunks:
                 self._heads[journal] = chunk.write_head
                 yield chunk.content
@@ -328,8 +285,7 @@ class ShardRunner:
                     if aclose is not None:
                         await aclose()
 
-    def _replay(self, framings: dict[str, Framing]
-                ) -> Callable[[str, int, int], AsyncIterator[list[Envelope]]]:
+    def _replay(self, framings: dict[str, Framing]) -> Replay:
         async def replay(journal: str, begin: int, end: int) -> AsyncIterator[list[Envelope]]:
             async with contextlib.aclosing(
                     self.client.read(journal, begin, end_offset=end)) as chunks:
@@ -427,7 +383,7 @@ class ShardRunner:
             getter.cancel()  # (a no-op once it is done)
 
     @staticmethod
-    async def _sequence(batch: Batch, sequencer: Sequencer, replay: Any,
+    async def _sequence(batch: Batch, sequencer: Sequencer, replay: Replay,
                         offsets: dict[str, int]) -> list[Envelope]:
         """The committed envelopes `batch` releases, each once; its journal's offset
         moves past it."""
@@ -482,6 +438,6 @@ class ShardRunner:
                 LAG_BYTES.labels(self.spec.id, journal).set(max(0, head - offset))
 
 
-async def _contents(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+async def _contents(chunks: AsyncIterator[ReadChunk]) -> AsyncIterator[bytes | bytearray]:
     async for chunk in chunks:
         yield chunk.content

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import Counter
 
+from gazette.allocator import Route
 from gazette.client import RETRYABLE_STATUSES, AppendUncertain, BrokerError, Unavailable
 from gazette.cluster import Resolution
 from gazette.consumer.recovery import Standby
@@ -85,7 +85,7 @@ class LocalShard:
 
     def __init__(self, spec: ShardSpec, me: ProcessId,
                  new_runner: Callable[[ShardSpec], ShardRunner],
-                 announce: Callable[[str, Any], Any],
+                 announce: Callable[[str, Route], Awaitable[bool]],
                  report: Callable[[str, ReplicaStatus | None], None],
                  new_standby: Callable[[ShardSpec], Standby] | None = None,
                  live: Callable[[], bool] = lambda: True) -> None:
@@ -127,12 +127,17 @@ class LocalShard:
     def is_primary(self) -> bool:
         return self.route is not None and self.route.route.primary_id == self.me
 
+    @property
+    def primary_runner(self) -> ShardRunner | None:
+        """Its runner while this member is its primary (queries are answered by it)."""
+        return self.runner if self.is_primary else None
+
     def update_spec(self, spec: ShardSpec) -> None:
         if spec != self.spec:
             self.spec = spec
             self._changed.set()
 
-    def update_route(self, res: Resolution[Any]) -> None:
+    def update_route(self, res: Resolution[ShardSpec]) -> None:
         self.route = res
         self._changed.set()
 

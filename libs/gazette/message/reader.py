@@ -33,7 +33,7 @@ def log_frame_error(err: FrameError) -> None:
 
 async def read_uncommitted(
     journal: str,
-    chunks: AsyncIterable[bytes],
+    chunks: AsyncIterable[bytes | bytearray],
     framing: Framing,
     offset: int = 0,
     on_error: ErrorHandler = log_frame_error,

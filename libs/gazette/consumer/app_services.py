@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import grpc
 from aiohttp import web
@@ -42,14 +42,13 @@ from gazette.auth import (
     abort_refused,
     current_caller,
 )
-from gazette.cluster import FORWARDED
+from gazette.cluster import FORWARDED, Channels, Resolver
 from gazette.cluster.malformed import GuardedServer
-from gazette.consumer.app import Shard
+from gazette.consumer.app_shard import Shard
+from gazette.consumer.store import Store
 from gazette.errors import ValidationError, short_repr
 from gazette.labels import EMPTY, shard_labels
-
-if TYPE_CHECKING:
-    from gazette.consumer.member import ConsumerMember
+from gazette.protocol import ShardSpec
 
 #: Metadata a forwarded request carries (the receiver answers itself or refuses).
 FORWARDED_KEY = "gazette-forwarded"
@@ -58,6 +57,32 @@ CALL_SECONDS = 30.0
 
 ShardHandler = Callable[[Shard, Any, bytes], Awaitable[bytes]]
 """Answers a request from the shard (its handle and its store) this member runs."""
+
+
+class PrimaryRunner(Protocol):
+    """A shard's runner on a member that is its primary (a `ShardRunner`): the shard's
+    handle, and its live store while it is restored."""
+
+    @property
+    def shard(self) -> Shard: ...
+
+    @property
+    def store(self) -> Store | None: ...
+
+
+class AppServicesHost(Protocol):
+    """What `AppServices` needs of its member (a `ConsumerMember`): the routes of
+    shards, channels to the other members, and the runners of the shards it is the
+    primary of."""
+
+    @property
+    def resolver(self) -> Resolver[ShardSpec]: ...
+
+    @property
+    def channels(self) -> Channels: ...
+
+    def primary_runner(self, shard: str) -> PrimaryRunner | None:
+        """The runner of `shard` if this member runs it as primary."""
 
 
 class NoShardPrimary(Exception):
@@ -83,9 +108,9 @@ class AppServices:
     guarded, see the module's doc), `http` (an aiohttp application, None when the member
     serves no HTTP), and shard methods."""
 
-    def __init__(self, member: ConsumerMember, grpc_server: grpc.aio.Server,
+    def __init__(self, host: AppServicesHost, grpc_server: grpc.aio.Server,
                  http: web.Application | None) -> None:
-        self._member = member
+        self._host = host
         self.grpc_server = cast(grpc.aio.Server, GuardedServer(grpc_server))
         self.http = http
         self._methods: dict[str, _Method] = {}
@@ -131,26 +156,25 @@ class AppServices:
                       timeout: float) -> bytes:
         method = self._methods[path]
         shard_id = _shard_of(method, request)
-        member = self._member
+        host = self._host
         claims = current_caller().claims
         if claims.scoped:
-            spec = member.resolver.resolve(shard_id).spec
+            spec = host.resolver.resolve(shard_id).spec
             claims.require_scope(shard_labels(
                 shard_id, spec.labels if spec is not None else EMPTY), f"shard {shard_id}")
-        local = member.shards.items.get(shard_id)
-        runner = local.runner if local is not None and local.is_primary else None
+        runner = host.primary_runner(shard_id)
         if runner is not None and runner.store is not None:
             async with asyncio.timeout(timeout):
                 return await method.handler(runner.shard, runner.store, request)
-        res = member.resolver.resolve(shard_id)
+        res = host.resolver.resolve(shard_id)
         if res.spec is None:
             raise ValidationError("shard", f"no shard {shard_id!r}")
         endpoint = res.primary_endpoint
-        if forwarded or not endpoint or res.route.primary_id == member.id:
+        if forwarded or not endpoint or res.route.primary_id == host.resolver.me:
             raise NoShardPrimary(f"shard {shard_id} has no running primary (route "
                                    f"{res.route}); retry")
         FORWARDED.labels(path.rsplit("/", 1)[-1]).inc()
-        call = member.channels.get(endpoint).unary_unary(
+        call = host.channels.get(endpoint).unary_unary(
             path, request_serializer=None, response_deserializer=None)
         try:
             answer: bytes = await call(request, timeout=timeout,

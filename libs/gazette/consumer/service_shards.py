@@ -18,18 +18,18 @@ Malformed requests fail with INVALID_ARGUMENT naming the field; the member keeps
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
 from gazette import names
-from gazette.allocator import assignments_of, route_of
+from gazette.allocator import Assignment, assignments_of, route_of
 from gazette.auth import Capability, current_caller, require_scope
-from gazette.cluster import forward_unary, proxied
+from gazette.cluster import Channels, Resolver, forward_unary, proxied
 from gazette.consumer.recovery import load_hints
-from gazette.consumer.shard import FAILED
+from gazette.consumer.shard import FAILED, LocalShard
 from gazette.errors import ValidationError
-from gazette.keyspace import EtcdError, Txn, TxnConflict, apply_changes
+from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Txn, TxnConflict, apply_changes
 from gazette.labels import EMPTY, shard_labels
 from gazette.pb import consumer_pb2 as cpb
 from gazette.pb import consumer_pb2_grpc
@@ -40,9 +40,6 @@ from gazette.protocol import (
     shard_spec_from_pb,
     shard_spec_to_pb,
 )
-
-if TYPE_CHECKING:
-    from gazette.consumer.member import ConsumerMember
 
 STAT_METHOD = "/gazette.consumer.Shard/Stat"
 _SHARD = "/gazette.consumer.Shard/"
@@ -66,11 +63,35 @@ async def authorize_shard(shard: str, spec: ShardSpec | None, context: Any) -> N
 READ_THROUGH_SECONDS = 60.0
 
 
-class ShardService(consumer_pb2_grpc.ShardServicer):
-    """The Shard service over `member`'s shards."""
+class ShardServiceHost(Protocol):
+    """What the Shard service needs of its member (a `ConsumerMember`): etcd, with the
+    application's keyspace and layout in it, the routes of shards, channels to the
+    other members, and the shards assigned to it."""
 
-    def __init__(self, member: ConsumerMember) -> None:
-        self.member = member
+    @property
+    def etcd(self) -> Etcd: ...
+
+    @property
+    def keyspace(self) -> KeySpace[Any]: ...
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def resolver(self) -> Resolver[ShardSpec]: ...
+
+    @property
+    def channels(self) -> Channels: ...
+
+    def local_shard(self, shard: str) -> LocalShard | None:
+        """`shard` if it is assigned to this member."""
+
+
+class ShardService(consumer_pb2_grpc.ShardServicer):
+    """The Shard service over `host`'s shards."""
+
+    def __init__(self, host: ShardServiceHost) -> None:
+        self.host = host
 
     async def _shard_id(self, shard: str, context: Any, field: str = "shard") -> str:
         try:
@@ -80,7 +101,7 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
             raise AssertionError("abort() raises") from None  # pragma: no cover
 
     def _spec(self, shard: str) -> ShardSpec | None:
-        entry = self.member.keyspace.get(self.member.layout.items + shard)
+        entry = self.host.keyspace.get(self.host.layout.items + shard)
         return entry.value if entry is not None and isinstance(entry.value, ShardSpec) \
             else None
 
@@ -90,7 +111,7 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
             if offset < 0:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"read_through[{journal}]: must not be negative")
-        resolver = self.member.resolver
+        resolver = self.host.resolver
         try:
             res = await resolver.resolve_at(
                 shard, request.header if request.HasField("header") else None)
@@ -100,14 +121,14 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
         header = resolver.header(res)
         if res.spec is None:
             return cpb.StatResponse(status=cpb.SHARD_NOT_FOUND, header=header)
-        local = self.member.shards.items.get(shard)
-        runner = local.runner if local is not None and local.is_primary else None
+        local = self.host.local_shard(shard)
+        runner = local.primary_runner if local is not None else None
         if runner is None:
             if request.HasField("header"):  # forwarded here already
                 return cpb.StatResponse(status=cpb.NOT_SHARD_PRIMARY, header=header)
             if not res.primary_endpoint or res.route.primary_id == resolver.me:
                 return cpb.StatResponse(status=cpb.NO_SHARD_PRIMARY, header=header)
-            return await forward_unary(self.member.channels, res.primary_endpoint,
+            return await forward_unary(self.host.channels, res.primary_endpoint,
                                        STAT_METHOD, proxied(request, header),
                                        cpb.StatResponse.FromString, context,
                                        f"stat of shard {shard}")
@@ -131,26 +152,26 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
             selector = selector_from_pb(request.selector)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        member = self.member
+        host = self.host
         out = []
         claims = current_caller().claims  # a token sees only the shards it covers
-        for entry in member.keyspace.prefixed(member.layout.items):
+        for entry in host.keyspace.prefixed(host.layout.items):
             spec = entry.value
             if not isinstance(spec, ShardSpec):
                 continue
             labels = shard_labels(spec.id, spec.labels)
             if not selector.matches(labels) or not claims.allows(labels):
                 continue
-            res = member.resolver.resolve(spec.id)
-            status = [s.to_pb() for s in member.resolver.statuses(spec.id, res.route)]
+            res = host.resolver.resolve(spec.id)
+            status = [s.to_pb() for s in host.resolver.statuses(spec.id, res.route)]
             out.append(cpb.ListResponse.Shard(
                 spec=shard_spec_to_pb(spec), mod_revision=entry.kv.mod_revision,
                 create_revision=entry.kv.create_revision,
                 route=res.route.with_endpoints(res.endpoints).to_pb(), status=status))
-        return cpb.ListResponse(status=cpb.OK, header=member.resolver.header(), shards=out)
+        return cpb.ListResponse(status=cpb.OK, header=host.resolver.header(), shards=out)
 
     async def Apply(self, request: cpb.ApplyRequest, context: Any) -> cpb.ApplyResponse:
-        member = self.member
+        host = self.host
         changes: list[SpecChange[ShardSpec]] = []
         try:
             for i, change in enumerate(request.changes):
@@ -170,27 +191,27 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                 await authorize_shard(item.name, self._spec(item.name), context)
                 if item.spec is not None:
                     await authorize_shard(item.name, item.spec, context)
-            revision = await apply_changes(member.etcd, member.layout, changes)
+            revision = await apply_changes(host.etcd, host.layout, changes)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except TxnConflict as err:
-            header = member.resolver.header()
+            header = host.resolver.header()
             header.etcd.revision = err.revision
             return cpb.ApplyResponse(status=cpb.ETCD_TRANSACTION_FAILED, header=header)
-        header = member.resolver.header()
+        header = host.resolver.header()
         header.etcd.revision = revision
         return cpb.ApplyResponse(status=cpb.OK, header=header)
 
     async def GetHints(self, request: cpb.GetHintsRequest, context: Any
                        ) -> cpb.GetHintsResponse:
         shard = await self._shard_id(request.shard, context)
-        res = self.member.resolver.resolve(shard)
+        res = self.host.resolver.resolve(shard)
         await authorize_shard(shard, res.spec, context)
-        header = self.member.resolver.header(res)
+        header = self.host.resolver.header(res)
         if res.spec is None:
             return cpb.GetHintsResponse(status=cpb.SHARD_NOT_FOUND, header=header)
         try:
-            loaded = await load_hints(self.member.etcd, res.spec)
+            loaded = await load_hints(self.host.etcd, res.spec)
         except EtcdError as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"reading hints of {shard}: "
                                 f"{err}")
@@ -202,17 +223,17 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
 
     async def Unassign(self, request: cpb.UnassignRequest, context: Any
                        ) -> cpb.UnassignResponse:
-        member = self.member
+        host = self.host
         shards = [await self._shard_id(s, context, "shards") for s in request.shards]
         for shard in shards:
             await authorize_shard(shard, self._spec(shard), context)
-        chosen: dict[str, list[Any]] = {}
+        chosen: dict[str, list[Assignment]] = {}
         for shard in shards:
-            assigned = assignments_of(member.keyspace, member.layout, shard)
+            assigned = assignments_of(host.keyspace, host.layout, shard)
             if request.only_failed:
                 route = route_of(assigned)
                 failed = {m for m, s in zip(route.members,
-                                            member.resolver.statuses(shard, route),
+                                            host.resolver.statuses(shard, route),
                                             strict=True) if s.state == FAILED}
                 assigned = [a for a in assigned if a.member in failed]
             if assigned:
@@ -222,7 +243,7 @@ class ShardService(consumer_pb2_grpc.ShardServicer):
                 for assignment in assigned:
                     txn = Txn().expect(assignment.key, assignment.mod_revision)
                     try:
-                        await txn.delete(assignment.key).commit(member.etcd)
+                        await txn.delete(assignment.key).commit(host.etcd)
                     except TxnConflict:
                         pass  # it changed meanwhile: the allocator has moved it already
                     except EtcdError as err:
