@@ -13,7 +13,7 @@ HTTP routes (``services.http``, an aiohttp application, when the member serves H
 the same methods with `call`.
 
 Every service an application adds to ``services.grpc_server`` is behind the member's
-malformed-request guard (`gazette.cluster.malformed.GuardedServer`) and interceptors.
+malformed-request guard (`gazette.serving.malformed_guard.GuardedServer`) and interceptors.
 With authorization on, its methods, the shard methods and the HTTP routes alike need a
 token granting ``shard-call`` (`authorize_route` on HTTP); a shard method's shard must be
 in the token's selector, on the member that takes the call and on the primary it is
@@ -43,10 +43,10 @@ from gazette.auth import (
     current_caller,
 )
 from gazette.cluster import FORWARDED
-from gazette.cluster.malformed import GuardedServer
 from gazette.consumer.app import Shard
 from gazette.errors import ValidationError, short_repr
 from gazette.labels import EMPTY, shard_labels
+from gazette.serving.malformed_guard import GuardedServer
 
 if TYPE_CHECKING:
     from gazette.consumer.member import ConsumerMember

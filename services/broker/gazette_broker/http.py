@@ -56,12 +56,13 @@ from gazette.client import (
     ReadChunk,
     Unavailable,
 )
-from gazette.cluster import CLOSED_DELETED, HttpRunner, http_app
+from gazette.cluster import CLOSED_DELETED
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed
 from gazette.fragment.store import StoreError
 from gazette.labels import EMPTY, journal_labels
 from gazette.protocol import JournalSpec
+from gazette.serving.http_listener import HttpRunner, http_app
 from gazette_broker.errors import AppendError, AppendStalled
 from gazette_broker.reads import ReadError
 from gazette_broker.replica import TOO_LARGE, Replica
