@@ -13,13 +13,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from gazette_dev.up import EXIT_DONE, SERVING_STOP
 
 from gazette.keyspace import Etcd, Layout
 from gazette.keyspace.specs import apply_changes
 from gazette.local import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.protocol.trees import journal_changes_from_yaml
+from gazette_dev.up import EXIT_DONE, SERVING_STOP
 from tests.fixtures.procs import free_port
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ from pathlib import Path
 import aiohttp
 import grpc
 import pytest
-from gazette_dev.up import EXIT_DONE, SERVING_STOP, PortProblem, _run
 
 from gazette.local.etcd import EmbeddedEtcd
+from gazette_dev.up import EXIT_DONE, SERVING_STOP, PortProblem, _run
 from tests.fixtures.broker import broker_config
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import free_port, run_process

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gazette.auth import SecurityConfig
 from gazette.serving.process import LOG_FORMATS, LOG_LEVELS
 
 
@@ -112,7 +113,7 @@ def etcd_options(who: str) -> list[Option]:
 
 
 #: The security options of a serving member (fields of `gazette.auth.SecurityConfig`).
-SECURITY_OPTIONS: tuple[Option, ...] = (
+SECURITY_OPTIONS: tuple[Option, ...] = with_defaults(SecurityConfig, [
     Option("--tls.cert-file", "TLS_CERT_FILE", "tls_cert_file", str,
            "PEM certificate chain of the gRPC and HTTP listeners (TLS on when set), also "
            "the client certificate toward other members; re-read when it changes"),
@@ -135,7 +136,7 @@ SECURITY_OPTIONS: tuple[Option, ...] = (
            "PEM CA bundle verifying etcd's certificate"),
     Option("--log.access", "LOG_ACCESS", "log_access", flag_bool,
            "log one line per gRPC call: method, status, seconds, peer, caller"),
-)
+])
 
 #: How a process logs (`gazette.serving.process.setup_logging`).
 LOG_OPTIONS: tuple[Option, ...] = (

@@ -49,8 +49,8 @@ APP_OPTION = Option("--app", "CONSUMER_MODULE", "app", str,
 #: each defaulting to that field's default.
 SERVE_OPTIONS: tuple[Option, ...] = with_defaults(MemberConfig, [
     Option("--app-name", "CONSUMER_APP", "app_name", str,
-           "the application's name: its shards and members live under "
-           "<etcd.prefix>/<name>", shown_default="the last part of --app's module"),
+           "the application's name: its shards and members live under --etcd.prefix, in "
+           "a folder of this name", shown_default="the last part of --app's module"),
     *identity_options("consumer", "member"),
     Option("--consumer.http-port", "CONSUMER_HTTP_PORT", "http_port", int,
            "HTTP port of /metrics, /healthz and the application's routes (0: any free "
