@@ -19,12 +19,12 @@ from gazette.keyspace.specs import apply_changes
 from gazette.local import TUTORIAL_JOURNALS_YAML, TUTORIAL_SELECTIONS
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.protocol.trees import journal_changes_from_yaml
-from gazette_broker.dev import EXIT_DONE, SERVING_STOP
+from gazette_dev.up import EXIT_DONE, SERVING_STOP
 from tests.fixtures.procs import free_port
 
 pytestmark = pytest.mark.integration
 
-GAZETTE = [sys.executable, "-m", "gazette_broker.cli"]
+GAZETTE = [sys.executable, "-m", "gazette_dev.cli"]  # the installed `gazette` command
 
 
 async def wait_healthy(url: str, proc: asyncio.subprocess.Process, timeout: float = 20) -> None:

@@ -54,8 +54,9 @@ def test_gazctl_md_documents_every_verb_and_denies_none() -> None:
 
 def test_broker_md_says_how_many_brokers_dev_up_starts() -> None:
     from gazette_broker.cli import build_parser
+    from gazette_dev.up import add_dev_parser
 
-    up = subcommands(subcommands(build_parser())["dev"])["up"]
+    up = subcommands(subcommands(build_parser(add_dev_parser))["dev"])["up"]
     count = next(a.default for a in up._actions if a.dest == "brokers")
     word = {1: "one broker", 2: "two brokers", 3: "three brokers"}[count]
     text = (ROOT / "docs" / "broker.md").read_text()

@@ -32,9 +32,9 @@ import grpc
 import pytest
 
 from gazette.auth import Capability
-from gazette.cluster import IDLE_TIMEOUT
 from gazette.pb import consumer_pb2 as cpb
 from gazette.protocol import ShardSource, ShardSpec, shard_spec_to_pb
+from gazette.serving.http_listener import IDLE_TIMEOUT
 from tests.fixtures.consumer import SHARDS
 from tests.fixtures.fuzz import (
     DEADLINE,

@@ -27,7 +27,7 @@ Found and fixed (each caught here):
 - a malformed request message was UNKNOWN ("Unexpected <class 'DecodeError'>") with a
   traceback logged per request; a unary call whose stream ended before a whole message
   was never answered; a client-streaming call refused while the client still sent got
-  INTERNAL at a grpc client about half the time (`gazette.cluster.malformed`);
+  INTERNAL at a grpc client about half the time (`gazette.serving.malformed_guard`);
 - HTTP integer parameters took non-ASCII digits, signs, blanks and underscores
   (``offset=%D9%A3``, ``1_0``); a journal path with a newline got aiohttp's bare 404;
 - slow-loris and silent HTTP connections were kept for an hour (aiohttp's keep-alive
@@ -65,11 +65,11 @@ import pytest
 from yarl import URL
 
 from gazette import names
-from gazette.cluster import IDLE_TIMEOUT, LISTEN_BACKLOG
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import labels_from_pb, selector_from_pb
+from gazette.serving.http_listener import IDLE_TIMEOUT, LISTEN_BACKLOG
 from tests.fixtures.fuzz import (
     BAD_UTF8,
     DEADLINE,

@@ -24,14 +24,14 @@ import grpc
 import pytest
 
 from gazette.local.etcd import EmbeddedEtcd
-from gazette_broker.dev import EXIT_DONE, SERVING_STOP, PortProblem, _run
+from gazette_dev.up import EXIT_DONE, SERVING_STOP, PortProblem, _run
 from tests.fixtures.broker import broker_config
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import free_port, run_process
 
 pytestmark = pytest.mark.integration
 
-GAZETTE = [sys.executable, "-m", "gazette_broker.cli"]
+GAZETTE = [sys.executable, "-m", "gazette_dev.cli"]  # the installed `gazette` command
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 

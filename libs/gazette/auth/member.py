@@ -21,8 +21,9 @@ from gazette.errors import ValidationError
 
 @dataclass(kw_only=True)
 class SecurityConfig:
-    """The security fields of a member's config (flags: `gazette.shell.SECURITY_FLAGS`).
-    All empty: plain text and no authorization, as a local cluster runs."""
+    """The security fields of a member's config (flags:
+    `gazette.serving.options.SECURITY_OPTIONS`). All empty: plain text and no
+    authorization, as a local cluster runs."""
 
     #: PEM certificate chain and key of the gRPC and HTTP listeners (TLS on when set),
     #: also presented to other members and servers that ask for a client certificate.

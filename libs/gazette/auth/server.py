@@ -11,7 +11,7 @@
 
 Without signing keys authorization is off: every caller is `ANONYMOUS` (`UNRESTRICTED`),
 as the outermost interceptor (`ObserveInterceptor`) names it. A request that no such
-layer saw (gRPC interceptors, a member's HTTP middleware: `gazette.cluster.ops`) has no
+layer saw (gRPC interceptors, a member's HTTP middleware: `gazette.serving.http_listener`) has no
 caller: `current_caller()` is then `NOBODY`, who may do nothing. Unrestricted is never
 a default.
 """

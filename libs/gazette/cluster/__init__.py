@@ -8,13 +8,11 @@ spec (a journal, a shard).
 - local items (`LocalItems`): this member's assignments as running, supervised local
   objects, opened, updated and closed as the keyspace changes; `Announcer` writes the
   routes their primaries synced, `StatusWriter` the states of this member's replicas;
-- operations (`http_app`, `add_ops_routes`, `HttpRunner`): a member's HTTP application,
-  ``/metrics`` and ``/healthz`` open and every other route behind its tokens, served with
-  bounds on idle and malformed connections;
-- malformed requests (`malformed.add_guarded`): a service's undecodable request messages
-  refused with INVALID_ARGUMENT naming the field;
 - forwarding (`Channels`, `forward_unary`, `forward_stream`, `proxied`): a request for
   an item served elsewhere goes on to a member of its route.
+
+A member process's shell (its listeners, its start and stop) is `gazette.serving`, above
+this layer.
 """
 
 from gazette.cluster.announce import Announcer
@@ -40,14 +38,6 @@ from gazette.cluster.membership import (
     Membership,
     until_etcd,
 )
-from gazette.cluster.ops import (
-    IDLE_TIMEOUT,
-    LISTEN_BACKLOG,
-    HttpCheck,
-    HttpRunner,
-    add_ops_routes,
-    http_app,
-)
 from gazette.cluster.resolver import Resolution, Resolver
 from gazette.cluster.status import StatusWriter, status_consistent
 
@@ -57,14 +47,10 @@ __all__ = [
     "DEFAULT_ETCD_STARTUP_TIMEOUT",
     "DEFAULT_LEASE_TTL",
     "FORWARDED",
-    "IDLE_TIMEOUT",
     "LEASE_MARGIN",
-    "LISTEN_BACKLOG",
     "PROXY_ANSWER_SECONDS",
     "Announcer",
     "Channels",
-    "HttpCheck",
-    "HttpRunner",
     "LocalItem",
     "LocalItems",
     "Membership",
@@ -72,10 +58,8 @@ __all__ = [
     "Resolution",
     "Resolver",
     "StatusWriter",
-    "add_ops_routes",
     "forward_stream",
     "forward_unary",
-    "http_app",
     "proxied",
     "status_consistent",
     "until_etcd",

@@ -13,7 +13,7 @@ HTTP routes (``services.http``, an aiohttp application, when the member serves H
 the same methods with `call`.
 
 Every service an application adds to ``services.grpc_server`` is behind the member's
-malformed-request guard (`gazette.cluster.malformed.GuardedServer`) and interceptors.
+malformed-request guard (`gazette.serving.malformed_guard.GuardedServer`) and interceptors.
 With authorization on, its methods, the shard methods and the HTTP routes alike need a
 token granting ``shard-call`` (`authorize_route` on HTTP); a shard method's shard must be
 in the token's selector, on the member that takes the call and on the primary it is
@@ -43,12 +43,12 @@ from gazette.auth import (
     current_caller,
 )
 from gazette.cluster import FORWARDED, Channels, Resolver
-from gazette.cluster.malformed import GuardedServer
 from gazette.consumer.app_shard import Shard
 from gazette.consumer.store import Store
 from gazette.errors import ValidationError, short_repr
 from gazette.labels import EMPTY, shard_labels
 from gazette.protocol import ShardSpec
+from gazette.serving.malformed_guard import GuardedServer
 
 #: Metadata a forwarded request carries (the receiver answers itself or refuses).
 FORWARDED_KEY = "gazette-forwarded"

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from gazette.auth import Capability, MemberSecurity, SecurityConfig
@@ -31,15 +30,12 @@ from gazette.cluster import (
     DEFAULT_LEASE_TTL,
     Announcer,
     Channels,
-    HttpRunner,
     LocalItems,
     Membership,
     Resolver,
     StatusWriter,
-    http_app,
     status_consistent,
 )
-from gazette.cluster.malformed import add_guarded
 from gazette.consumer.app import Application
 from gazette.consumer.app_services import AppServices, authorize_route
 from gazette.consumer.recovery import Recovery, Standby
@@ -58,7 +54,9 @@ from gazette.keyspace import (
 )
 from gazette.pb import consumer_pb2_grpc
 from gazette.protocol import MemberSpec, ProcessId, ReplicaStatus, ShardSpec
-from gazette.shell import default_member_suffix, grpc_server_on
+from gazette.serving.http_listener import HttpRunner, http_app
+from gazette.serving.malformed_guard import add_guarded
+from gazette.serving.member import MemberProcess, default_member_suffix
 from gazette.supervise import Supervisor
 
 log = logging.getLogger(__name__)
@@ -151,14 +149,25 @@ class ConsumerMember:
         #: Made in start(): gRPC channels belong to the loop they are made on.
         self.client: JournalClient | None = None
         self.appender: AppendQueue | None = None
-        self.health = HealthServicer()
-        self.grpc_server: grpc.aio.Server | None = None
-        self.port = 0
+        self.process = MemberProcess(
+            "consumer member", self.etcd, self.membership, self.security, self.supervisor,
+            grace=config.grace, drain_timeout=config.drain_timeout)
         self.http: HttpRunner | None = None
         self.http_port = 0
-        self._started = False
         self._temp_dir: tempfile.TemporaryDirectory[str] | None = None
         self.recovery: Recovery | None = None
+
+    @property
+    def health(self) -> HealthServicer:
+        return self.process.health
+
+    @property
+    def grpc_server(self) -> grpc.aio.Server | None:
+        return self.process.grpc_server
+
+    @property
+    def port(self) -> int:
+        return self.process.port
 
     @property
     def endpoint(self) -> str:
@@ -209,29 +218,26 @@ class ConsumerMember:
     async def start(self) -> None:
         """Bind the port, join the group, serve the shards assigned here. On failure,
         whatever started is stopped again."""
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def _start(self) -> None:
         cfg = self.config
-        self._started = True
-        self.grpc_server, self.port = grpc_server_on(
-            cfg.bind, cfg.port, "consumer member", self.security.server_credentials(),
-            self.security.interceptors())
+        await self.process.start(cfg.bind, cfg.port, serve=self._serve,
+                                 run=self._run, stop=self.stop)
+        log.info("consumer member %s of %s serving: gRPC %s, HTTP %s, brokers %s, etcd %s%s",
+                 self.id, cfg.app_name, self.endpoint, self.http_url or "off",
+                 cfg.broker_address, cfg.etcd_address, self.layout.root)
+
+    async def _serve(self, grpc_server: grpc.aio.Server) -> MemberSpec:
+        """The services, the HTTP listener and the parts the shards use; this member's
+        spec."""
+        cfg = self.config
         # Every service, the application's too (`AppServices`), refuses malformed
         # requests with INVALID_ARGUMENT naming the field.
-        add_guarded(health_pb2_grpc.add_HealthServicer_to_server, self.health,
-                    self.grpc_server)
         add_guarded(consumer_pb2_grpc.add_ShardServicer_to_server, ShardService(self),
-                    self.grpc_server)
+                    grpc_server)
         routes = None
         if cfg.http_port >= 0:  # the application's routes need tokens, as its methods do
             routes = http_app(self.membership.ready, self.security.authorizer,
                               authorize_route)
-        self.app.register(AppServices(self, self.grpc_server, routes))
+        self.app.register(AppServices(self, grpc_server, routes))
         if routes is not None:
             self.http = HttpRunner(routes, grace=cfg.grace, log_name=__name__)
             try:
@@ -255,22 +261,15 @@ class ConsumerMember:
         # Publishes and ACKs are messages: a repeat is dropped by readers, so an append
         # in doubt is sent again rather than failing the shard's transaction.
         self.appender = AppendQueue(self.client, resend=True)
-        await self.etcd.connect()
-        deadline = self.membership.deadline()
-        await self.membership.load(deadline)
-        spec = MemberSpec(self.id, self.endpoint, cfg.shard_limit)
-        await self.membership.join(spec, self.supervisor, deadline)
+        return MemberSpec(self.id, self.endpoint, cfg.shard_limit)
+
+    async def _run(self) -> None:
+        """Once joined: the tasks of liveness, routes and statuses, and the shards."""
         self.supervisor.spawn("liveness", lambda: self.membership.watch_liveness(
             self._liveness_changed))
         self.supervisor.spawn("announcer", self.announcer.run)
         self.supervisor.spawn("statuses", self.statuses.run)
         await self.shards.start()
-        self.membership.run_allocator(self.supervisor)
-        await self.grpc_server.start()
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        log.info("consumer member %s of %s serving: gRPC %s, HTTP %s, brokers %s, etcd %s%s",
-                 self.id, cfg.app_name, self.endpoint, self.http_url or "off",
-                 cfg.broker_address, cfg.etcd_address, self.layout.root)
 
     async def drain(self, timeout: float) -> bool:
         """Ask for no shards and wait until none that may hold state is assigned here (a
@@ -280,24 +279,21 @@ class ConsumerMember:
 
     async def wait(self) -> None:
         """Return only when this member can no longer serve (raises why)."""
-        await self.membership.wait(self.supervisor)
+        await self.process.wait()
 
     async def stop(self) -> None:
         """Drain, stop serving, stop the shards, leave. Safe to call more than once."""
-        if not self._started:
+        http = self.http
+        if not await self.process.stop(drain=self.drain, close=self._close,
+                                       stop_http=http.cleanup if http is not None else None):
             return
-        self._started = False
-        if self.membership.ready():
-            try:
-                await self.drain(self.config.drain_timeout)
-            except Exception as err:  # noqa: BLE001 - stopping goes on regardless
-                log.warning("draining failed: %s", err)
-        with_server = self.grpc_server
-        if with_server is not None:
-            await self.health.enter_graceful_shutdown()
-            await with_server.stop(grace=self.config.grace)
-        if self.http is not None:
-            await self.http.cleanup()
+        if self._temp_dir is not None:
+            await asyncio.to_thread(self._temp_dir.cleanup)
+            self._temp_dir = None
+        log.info("consumer member %s stopped", self.id)
+
+    async def _close(self) -> None:
+        """The shards, their tasks, and the clients they used."""
         self.resolver.stop()
         await self.shards.close("the member is stopping")
         await self.supervisor.close()
@@ -312,8 +308,3 @@ class ConsumerMember:
         if self.client is not None:
             await self.client.close()
         await self.channels.close()
-        await self.membership.leave()
-        if self._temp_dir is not None:
-            await asyncio.to_thread(self._temp_dir.cleanup)
-            self._temp_dir = None
-        log.info("consumer member %s stopped", self.id)

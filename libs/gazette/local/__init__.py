@@ -1,5 +1,5 @@
 """Pieces of a local Gazette cluster on embedded defaults: a real etcd as a child process,
-process helpers, and the tutorial's journals. ``gazette dev up`` (`gazette_broker.dev`)
+process helpers, and the tutorial's journals. ``gazette dev up`` (`gazette_dev`)
 runs the cluster; tests start the same pieces."""
 
 from gazette.local.etcd import EmbeddedEtcd, EtcdCluster, find_etcd_binary

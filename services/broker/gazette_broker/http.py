@@ -48,13 +48,13 @@ from aiohttp import web
 from gazette import names
 from gazette.auth import Authorizer, Caller, Capability
 from gazette.client import AppendResult, AppendUncertain
-from gazette.cluster import HttpRunner, http_app
 from gazette.errors import ValidationError, short_repr
 from gazette.fragment import CorruptFragment, JournalClosed, fragment_from_pb
 from gazette.fragment.store import StoreError
 from gazette.labels import EMPTY, journal_labels
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import JournalSpec, Status, labels_from_pb
+from gazette.serving.http_listener import HttpRunner, http_app
 from gazette_broker.errors import AppendStalled, StatusError
 from gazette_broker.forward import ForwardFailed, forward_append
 from gazette_broker.http_reads import read_chunks

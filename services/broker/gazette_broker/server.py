@@ -15,7 +15,6 @@ Every broker runs the allocator (`gazette.allocator.Allocator`); the oldest one 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import tempfile
@@ -24,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from gazette.allocator import assignments_of, route_of
@@ -35,11 +33,10 @@ from gazette.cluster import (
     Channels,
     Membership,
 )
-from gazette.cluster.malformed import add_guarded
 from gazette.fragment import DEFAULT_MAX_PENDING_BYTES
 from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, Lease, apply_changes
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId, journal_changes_from_yaml
-from gazette.shell import default_member_suffix, grpc_server_on
+from gazette.serving.member import MemberProcess, default_member_suffix
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE
@@ -49,53 +46,37 @@ from gazette_broker.service import JOURNAL_CAPABILITIES, JournalService, add_jou
 log = logging.getLogger(__name__)
 
 
-
-
 def default_suffix() -> str:
     return default_member_suffix("broker")
 
 
-
 @dataclass
 class BrokerConfig(SecurityConfig):
-    """What ``gazette serve`` is configured with: each field has a flag and an
-    environment variable (`gazette_broker.cli.SERVE_FLAGS`, and the security fields'
-    `gazette.shell.SECURITY_FLAGS`); tests and the local cluster build one directly."""
+    """What ``gazette serve`` is configured with: what each field means is said once, by
+    its option (`gazette_broker.cli.SERVE_OPTIONS`, and the security fields'
+    `gazette.serving.options.SECURITY_OPTIONS`), which defaults to the field's default;
+    tests and the local cluster build one directly."""
 
     zone: str = "local"
     suffix: str = field(default_factory=default_suffix)
-    #: Host name others reach this broker at (advertised in its member spec).
     host: str = "localhost"
-    #: Interface to listen on ("" = all).
     bind: str = ""
-    #: gRPC port (0: a free one).
     port: int = 8080
-    #: HTTP gateway port (0: a free one; -1: no gateway).
     http_port: int = 8081
-    #: Root folder of ``file:///`` stores (None: file stores are refused).
     file_root: Path | None = None
-    #: Folder for spools (None: a temporary one, removed on a clean exit).
     spool_dir: Path | None = None
     etcd_address: str = "http://localhost:2379"
     etcd_prefix: str = "/gazette/cluster"
-    #: Seconds the member spec outlives this broker if it dies without cleaning up: a
-    #: dead primary's journals fail over after about this long.
     lease_ttl: int = DEFAULT_LEASE_TTL
     journal_limit: int = 1024
     max_append_size: int = DEFAULT_MAX_APPEND_SIZE
-    #: Seconds in-flight RPCs get to finish on shutdown before they are cancelled.
     grace: float = 5.0
-    #: Seconds spools get to persist on shutdown.
+    #: Seconds spools get to persist on shutdown (no option).
     persist_timeout: float = 60.0
-    #: Seconds a stopping broker waits for its journals to move to other brokers.
     drain_timeout: float = 60.0
-    #: Seconds a starting broker waits for etcd to answer (it retries meanwhile).
     etcd_startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT
-    #: Seconds an append stream may bring no content before it is aborted.
     append_idle_timeout: float = DEFAULT_APPEND_IDLE_TIMEOUT
-    #: Bytes of persisted fragments cached on local disk for readers.
     cache_bytes: int = DEFAULT_CACHE_BYTES
-    #: Bytes of closed spools that may wait for one store before appends to it wait.
     max_unpersisted_bytes: int = DEFAULT_MAX_PENDING_BYTES
 
 
@@ -127,12 +108,23 @@ class BrokerServer:
                              max_pending_bytes=config.max_unpersisted_bytes,
                              append_idle_timeout=config.append_idle_timeout,
                              channels=Channels(self.security.tls, self.security.token))
-        self.health = HealthServicer()
-        self.grpc_server: grpc.aio.Server | None = None
+        self.process = MemberProcess(
+            "broker", self.etcd, self.membership, self.security, self.broker.supervisor,
+            grace=config.grace, drain_timeout=config.drain_timeout,
+            services=["gazette.broker.Journal"])
         self.http: HttpGateway | None = None
-        self.grpc_port = 0
         self.http_port = 0
-        self._started = False
+    @property
+    def health(self) -> HealthServicer:
+        return self.process.health
+
+    @property
+    def grpc_server(self) -> grpc.aio.Server | None:
+        return self.process.grpc_server
+
+    @property
+    def grpc_port(self) -> int:
+        return self.process.port
 
     @property
     def grpc_address(self) -> str:
@@ -152,31 +144,25 @@ class BrokerServer:
         return self.config.file_root
 
     async def start(self) -> None:
-        """Connect to etcd, bind the ports, announce the member spec, open replicas and
+        """Bind the ports, connect to etcd, announce the member spec, open replicas and
         start serving. On failure, whatever was started is stopped again."""
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def _start(self) -> None:
         cfg = self.config
-        self._started = True
-        # The ports first: a port in use fails at once, before any wait for etcd.
-        self.grpc_server, self.grpc_port = grpc_server_on(
-            cfg.bind, cfg.port, "broker", self.security.server_credentials(),
-            self.security.interceptors())
+        await self.process.start(cfg.bind, cfg.port, serve=self._serve,
+                                 run=self.broker.start, stop=self.stop)
+        assert self.member is not None
+        log.info("broker %s serving: gRPC %s, HTTP %s, etcd %s%s", self.member.id,
+                 self.endpoint, self.http_url or "off", cfg.etcd_address, self.layout.root)
+
+    async def _serve(self, grpc_server: grpc.aio.Server) -> MemberSpec:
+        """The Journal service and the HTTP gateway; this broker's member spec."""
+        cfg = self.config
         self.member = MemberSpec(self.id, self.endpoint, cfg.journal_limit,
                                  store_schemes=self.store_schemes)
         self.routing = JournalRouting(
             self.broker.replicas, self.etcd, self.keyspace, self.layout, member=self.member,
             unready=self.broker.unready, resolver=self.broker.resolver,
             channels=self.broker.channels, wait_serving=self.broker.wait_serving)
-        add_journal_service(JournalService(self.routing), self.grpc_server)
-        # Malformed health checks too: INVALID_ARGUMENT naming the field.
-        add_guarded(health_pb2_grpc.add_HealthServicer_to_server, self.health,
-                    self.grpc_server)
+        add_journal_service(JournalService(self.routing), grpc_server)
         if cfg.http_port >= 0:
             self.http = HttpGateway(self.routing, ready=self.membership.ready,
                                     grace=cfg.grace, content_type=self._content_type,
@@ -185,19 +171,7 @@ class BrokerServer:
                                     spec_of=self._spec_of)
             self.http_port = await self.http.start(cfg.bind or None, cfg.http_port,
                                                    ssl=self.security.http_context())
-
-        await self.etcd.connect()
-        deadline = self.membership.deadline()
-        await self.membership.load(deadline)
-        # This broker sees itself before it serves (Apply's warnings count it, say).
-        await self.membership.join(self.member, self.broker.supervisor, deadline)
-        await self.broker.start()
-        self.membership.run_allocator(self.broker.supervisor)
-        await self.grpc_server.start()
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set("gazette.broker.Journal", health_pb2.HealthCheckResponse.SERVING)
-        log.info("broker %s serving: gRPC %s, HTTP %s, etcd %s%s", self.member.id,
-                 self.endpoint, self.http_url or "off", cfg.etcd_address, self.layout.root)
+        return self.member
 
     @property
     def store_schemes(self) -> tuple[str, ...]:
@@ -230,34 +204,23 @@ class BrokerServer:
         """Return only when the broker can no longer serve: its lease is lost (it must
         not keep acting as a member: raises `LeaseLost`), or a task it cannot do without
         failed for good (raises `TaskFailed`)."""
-        await self.membership.wait(self.broker.supervisor)
+        await self.process.wait()
 
     async def stop(self) -> None:
-        """Stop serving: health goes NOT_SERVING, new RPCs are refused and in-flight ones
-        get `grace` seconds; spools roll and persist (bounded); the member spec is
-        removed; every task is stopped. Safe to call more than once."""
-        if not self._started:
+        """Stop serving: the broker drains, health goes NOT_SERVING, new RPCs are refused
+        and in-flight ones get `grace` seconds; spools roll and persist (bounded); the
+        member spec is removed; every task is stopped. Safe to call more than once."""
+        http = self.http
+        if not await self.process.stop(drain=self.drain, close=self._close,
+                                       stop_http=http.stop if http is not None else None):
             return
-        self._started = False
-        cfg = self.config
-        if self.grpc_server is not None and self.lease is not None:
-            try:
-                await self.drain(cfg.drain_timeout)
-            except Exception as err:  # noqa: BLE001 - stopping goes on regardless
-                log.warning("draining failed: %s", err)
-        with contextlib.suppress(Exception):
-            await self.health.enter_graceful_shutdown()
-        stopping = []
-        if self.grpc_server is not None:
-            stopping.append(self.grpc_server.stop(grace=cfg.grace))
-        if self.http is not None:
-            stopping.append(self.http.stop())
-        await asyncio.gather(*stopping, return_exceptions=True)
-        await self.broker.close(drain_timeout=cfg.persist_timeout)
-        await self.membership.leave()  # the member spec goes with its lease
         if self._own_spool_dir and not self.broker.persister_backlog():
             shutil.rmtree(self.spool_dir, ignore_errors=True)
         log.info("broker stopped")
+
+    async def _close(self) -> None:
+        """The broker: its spools rolled and persisted."""
+        await self.broker.close(drain_timeout=self.config.persist_timeout)
 
     # -- conveniences for tests and the local cluster --
 

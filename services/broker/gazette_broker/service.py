@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 
 from gazette.auth import Capability
-from gazette.cluster.malformed import add_guarded
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import decode_append_request, decode_replicate_request, encode_read_response
+from gazette.serving.malformed_guard import add_guarded
 from gazette_broker.routing import JournalRouting
 from gazette_broker.service_appends import AppendRpcs
 from gazette_broker.service_reads import ReadRpcs
@@ -55,7 +55,7 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
             handlers[method] = handlers[method]._replace(
                 request_deserializer=decode_append_request)
 
-    # Malformed requests: INVALID_ARGUMENT naming the field (`gazette.cluster.malformed`).
+    # Malformed requests: INVALID_ARGUMENT naming the field (`gazette.serving.malformed_guard`).
     add_guarded(broker_pb2_grpc.add_JournalServicer_to_server, service, server, adjust)
 
 

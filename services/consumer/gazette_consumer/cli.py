@@ -25,50 +25,49 @@ import uvloop
 from gazette.consumer import Application
 from gazette.consumer.member import ConsumerMember, MemberConfig
 from gazette.errors import ValidationError
-from gazette.shell import (
-    SECURITY_FLAGS,
-    Flag,
-    add_flags,
+from gazette.serving.options import (
+    LOG_OPTIONS,
+    SECURITY_OPTIONS,
+    Option,
+    add_options,
     config_values,
-    env_default,
-    serve_until_signalled,
-    setup_logging,
+    etcd_options,
+    identity_options,
+    lease_options,
+    with_defaults,
 )
+from gazette.serving.process import serve_until_signalled, setup_logging
 
 log = logging.getLogger("gazette_consumer")
 PROG = "gazette-consumer"
 
-SERVE_FLAGS: list[Flag] = [
-    ("--app-name", "CONSUMER_APP", "app_name", str,
-     "the application's name: its shards and members live under <etcd.prefix>/<name> "
-     "(default: the last part of --app's module)"),
-    ("--consumer.zone", "CONSUMER_ZONE", "zone", str, "failure zone of this member"),
-    ("--consumer.id", "CONSUMER_ID", "suffix", str,
-     "unique name of this member within its zone (default: host name and a random tag)"),
-    ("--consumer.host", "CONSUMER_HOST", "host", str,
-     "host name other members reach this one at"),
-    ("--consumer.bind", "CONSUMER_BIND", "bind", str, "interface to listen on (default: all)"),
-    ("--consumer.port", "CONSUMER_PORT", "port", int, "gRPC port (0: any free port)"),
-    ("--consumer.http-port", "CONSUMER_HTTP_PORT", "http_port", int,
-     "HTTP port of /metrics, /healthz and the application's routes (0: any free port; "
-     "-1: no HTTP)"),
-    ("--consumer.limit", "CONSUMER_LIMIT", "shard_limit", int, "most shards this member takes"),
-    ("--consumer.lease-ttl", "CONSUMER_LEASE_TTL", "lease_ttl", int,
-     "seconds the member spec outlives a member that died without cleaning up"),
-    ("--consumer.drain-timeout", "CONSUMER_DRAIN_TIMEOUT", "drain_timeout", float,
-     "seconds a stopping member waits for its shards to move to other members"),
-    ("--consumer.local-dir", "CONSUMER_LOCAL_DIR", "local_dir", str,
-     "folder of the stores of shards with recovery logs (played from their logs: "
-     "nothing in it needs to survive the member; default: a temporary folder)"),
-    ("--broker.address", "BROKER_ADDRESS", "broker_address", str,
-     "a broker of the cluster the shards read and publish through"),
-    ("--etcd.address", "ETCD_ADDRESS", "etcd_address", str, "etcd endpoint"),
-    ("--etcd.startup-timeout", "ETCD_STARTUP_TIMEOUT", "etcd_startup_timeout", float,
-     "seconds a starting member waits for etcd to answer (it retries meanwhile)"),
-    ("--etcd.prefix", "CONSUMER_ETCD_PREFIX", "etcd_root", str,
-     "etcd prefix of consumer applications"),
-    *SECURITY_FLAGS,
-]
+#: ``--app``: the application to run (not a `MemberConfig` field).
+APP_OPTION = Option("--app", "CONSUMER_MODULE", "app", str,
+                    "the application, MODULE:ATTR (MODULE alone: its attribute app)")
+
+#: The options of ``gazette-consumer serve`` that set the `MemberConfig` field they name,
+#: each defaulting to that field's default.
+SERVE_OPTIONS: tuple[Option, ...] = with_defaults(MemberConfig, [
+    Option("--app-name", "CONSUMER_APP", "app_name", str,
+           "the application's name: its shards and members live under --etcd.prefix, in "
+           "a folder of this name", shown_default="the last part of --app's module"),
+    *identity_options("consumer", "member"),
+    Option("--consumer.http-port", "CONSUMER_HTTP_PORT", "http_port", int,
+           "HTTP port of /metrics, /healthz and the application's routes (0: any free "
+           "port; -1: no HTTP)"),
+    Option("--consumer.limit", "CONSUMER_LIMIT", "shard_limit", int,
+           "most shards this member takes"),
+    *lease_options("consumer", "member", "shards"),
+    Option("--consumer.local-dir", "CONSUMER_LOCAL_DIR", "local_dir", str,
+           "folder of the stores of shards with recovery logs (played from their logs: "
+           "nothing in it needs to survive the member)", shown_default="a temporary folder"),
+    Option("--broker.address", "BROKER_ADDRESS", "broker_address", str,
+           "a broker of the cluster the shards read and publish through"),
+    *etcd_options("member"),
+    Option("--etcd.prefix", "CONSUMER_ETCD_PREFIX", "etcd_root", str,
+           "etcd prefix of consumer applications"),
+    *SECURITY_OPTIONS,
+])
 
 
 class AppError(Exception):
@@ -105,9 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a member of a consumer application",
                            description=__doc__.split("\n\n")[1].replace("\n", " "))
-    serve.add_argument("--app", default=env_default(PROG, "CONSUMER_MODULE", str, ""),
-                       help="the application, MODULE:ATTR [$CONSUMER_MODULE]")
-    add_flags(serve, PROG, SERVE_FLAGS, MemberConfig)
+    add_options(serve, PROG, [APP_OPTION, *SERVE_OPTIONS, *LOG_OPTIONS])
     return parser
 
 
@@ -120,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AppError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
-    values = config_values(args, SERVE_FLAGS)
+    values = config_values(args, SERVE_OPTIONS)
     values.setdefault("app_name", name)
     try:
         config = MemberConfig(**values)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gazette.consumer import Application
-from gazette_consumer.cli import SERVE_FLAGS, build_parser, load_app, main
+from gazette_consumer.cli import SERVE_OPTIONS, build_parser, load_app, main
 
 ENV_VARS = ("CONSUMER_APP", "CONSUMER_MODULE", "ETCD_ADDRESS", "CONSUMER_ETCD_PREFIX",
             "BROKER_ADDRESS", "CONSUMER_PORT", "CONSUMER_ZONE", "CONSUMER_ID")
@@ -43,8 +43,8 @@ def test_help_names_every_flag_and_variable() -> None:
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())
-    for flag, var, *_ in SERVE_FLAGS:
-        assert flag in text and f"${var}" in text, flag
+    for option in SERVE_OPTIONS:
+        assert option.flag in text and f"${option.env}" in text, option.flag
     assert "--app" in text and "$CONSUMER_MODULE" in text
 
 

@@ -181,7 +181,7 @@ def test_the_entrypoint_runs(target: str) -> None:
     if argv[0] == "python":
         argv = [sys.executable, *argv[1:]]
     elif argv[0] == "gazette":
-        argv = [sys.executable, "-m", "gazette_broker.cli", *argv[1:]]
+        argv = [sys.executable, "-m", "gazette_dev.cli", *argv[1:]]
     # --help proves the command and its imports resolve, without serving anything (the
     # operator, broker and consumer entrypoints all parse their arguments first).
     argv.append("--help")

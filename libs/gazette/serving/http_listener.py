@@ -1,4 +1,4 @@
-"""What every member's HTTP listener shares: the operational endpoints ``GET /metrics``
+"""A member's HTTP listener: the operational endpoints ``GET /metrics``
 (Prometheus) and ``GET /healthz`` (200 while the member serves, else 503, for probes),
 `http_app`, an application whose every other route needs a token (as the member's gRPC
 methods do), and `HttpRunner`, which serves an application with bounds on idle and
