@@ -1,1 +1,2 @@
-"""Placeholder: filled in by a later issue."""
+"""The consumer member process: ``python -m gazette_consumer serve --app module:App``
+runs `gazette.consumer.member.ConsumerMember` over an application (see docs/consumers.md)."""
