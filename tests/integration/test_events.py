@@ -193,22 +193,25 @@ async def test_an_exactly_once_handler_applies_a_re_sent_event_once(
                          "SET total = totals.total + excluded.total",
                          (event.payload.customer, event.payload.amount))
 
+    expected: dict[str, int] = {"c0": 1000}
+    for o in orders(10):
+        expected[o.customer] = expected.get(o.customer, 0) + o.amount
     async with events:
         await events.produce(ORDERS, *orders(10), event_ids=[f"e{i}" for i in range(10)])
         # The same events sent again (as after an outbox crash): new UUIDs, same ids.
         await events.produce(ORDERS, *orders(10), event_ids=[f"e{i}" for i in range(10)])
         await events.produce(ORDERS, Order(id=100, customer="c0", amount=1000),
                              event_ids=["last"])
-        # Every event (the last one's partition says nothing of the others' shards).
+        # Every event committed: a handler called is not its transaction committed (the
+        # last event's partition says nothing of the others' shards either).
         await eventually(lambda: set(calls) >= {*range(10), 100}, "every event handled",
                          timeout=30)
+        await eventually(lambda: _totals_are(pg_database.dsn, expected),
+                         f"the committed totals are {expected}", timeout=30)
     async with await psycopg.AsyncConnection.connect(pg_database.dsn) as c:
         cur = await c.execute("SELECT customer, total FROM totals ORDER BY customer")
         rows = dict(await cur.fetchall())
-    expected: dict[str, int] = {"c0": 1000}
-    for o in orders(10):
-        expected[o.customer] = expected.get(o.customer, 0) + o.amount
-    assert rows == expected
+    assert rows == expected  # none applied twice
     assert sorted(calls) == [*range(10), 100]
 
 
@@ -430,3 +433,10 @@ async def test_a_partition_journal_written_directly_is_read_too(
         await publisher.publish_committed(lambda m: part, JsonMessage(
             id="from-go", key="k", time=0.0, data={"id": 1, "customer": "k"}))
         await eventually(lambda: got == ["from-go"], "the foreign event", timeout=30)
+
+
+async def _totals_are(dsn: str, expected: dict[str, int]) -> bool:
+    """Whether the committed totals are `expected`."""
+    async with await psycopg.AsyncConnection.connect(dsn) as c:
+        cur = await c.execute("SELECT customer, total FROM totals")
+        return dict(await cur.fetchall()) == expected
