@@ -1,6 +1,6 @@
-"""The appends part of a `JournalClient`: retried only where that cannot append twice, resolved
-when an answer is lost (see `gazette.client.journal` for the rules), and routed to a
-journal's primary with ``route_appends``."""
+"""The appends part of a `JournalClient`: retried only where that cannot append twice,
+resolved when an answer is lost (see `gazette.client.journal` for the rules), and routed
+to a journal's primary with ``route_appends``."""
 
 from __future__ import annotations
 
@@ -307,8 +307,8 @@ class Appends:
         ours = hashlib.sha1()
         await asyncio.to_thread(_sum_into, ours, [p for msg in messages for p in msg.parts])
         theirs, got = hashlib.sha1(), 0
-        async with contextlib.aclosing(self._reads.read(journal, offset,
-                                                 end_offset=offset + size)) as chunks:
+        async with contextlib.aclosing(self._reads.read(
+                journal, offset, end_offset=offset + size)) as chunks:
             async for chunk in chunks:
                 if chunk.offset != offset + got:
                     break  # a hole: not what we wrote

@@ -1,5 +1,5 @@
-"""The specs part of a `JournalClient`: listings, watches, applies of
-spec changes, and fragment listings."""
+"""The specs part of a `JournalClient`: listings, watches, applies of spec changes, and
+fragment listings."""
 
 from __future__ import annotations
 
