@@ -1,6 +1,6 @@
-"""Appends of a `JournalClient`: retried only where that cannot append twice, resolved
-when an answer is lost (see `gazette.client.journal` for the rules), and routed to a
-journal's primary with ``route_appends``."""
+"""The appends part of a `JournalClient`: retried only where that cannot append twice,
+resolved when an answer is lost (see `gazette.client.journal` for the rules), and routed
+to a journal's primary with ``route_appends``."""
 
 from __future__ import annotations
 
@@ -14,12 +14,7 @@ from typing import Any
 import grpc
 
 from gazette import names
-from gazette.auth import open_channel
-from gazette.client.connection import (
-    _Appender,
-    _check_offset,
-    _not_str,
-)
+from gazette.client.connection import Connection, _check_offset, _not_str
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
 from gazette.client.metrics import APPEND_BYTES, APPENDS
 from gazette.client.reads import Reads
@@ -33,6 +28,7 @@ from gazette.client.wire import (
     Content,
     Packer,
     WholeAppend,
+    encode_append,
     pack,
     parse_address,
 )
@@ -63,9 +59,43 @@ class _AttemptFailed(Exception):
         self.err, self.committing = err, committing
 
 
-class Appends(Reads):
-    """`append`, and what it takes to retry and resolve one (resolving reads back what
-    was written, hence `Reads`)."""
+class _Appender:
+    """The append calls of one channel (the client's own, or a primary's)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.stream: grpc.aio.StreamUnaryMultiCallable[
+            Content | pb.AppendRequest, pb.AppendResponse] = channel.stream_unary(
+                "/gazette.broker.Journal/Append", request_serializer=encode_append,
+                response_deserializer=pb.AppendResponse.FromString)
+        self.whole: grpc.aio.UnaryUnaryMultiCallable[
+            WholeAppend, pb.AppendResponse] = channel.unary_unary(
+                "/gazette.broker.Journal/AppendWhole", request_serializer=encode_append,
+                response_deserializer=pb.AppendResponse.FromString)
+
+
+class Appends:
+    """`append` over a `Connection`, and what it takes to retry and resolve one
+    (resolving reads back what was written, through `reads`). With `route_appends`, it
+    sends a journal's appends to the primary its responses name, over channels of its
+    own (closed by `close`)."""
+
+    def __init__(self, connection: Connection, reads: Reads, *,
+                 route_appends: bool = False) -> None:
+        self._connection = connection
+        self._reads = reads
+        self.route_appends = route_appends
+        self._broker = _Appender(connection.channel)
+        #: With `route_appends`: journal -> its primary's gRPC target, and an appender
+        #: per target.
+        self._primaries: dict[str, str] = {}
+        self._appenders: dict[str, _Appender] = {}
+        #: Cleared when the broker does not know AppendWhole (an older version).
+        self._whole_appends = True
+
+    async def close(self) -> None:
+        """Close the channels to journals' primaries."""
+        await asyncio.gather(*(a.channel.close(None) for a in self._appenders.values()))
 
     async def append(self, journal: str, content: AppendContent, *,
                      offset: int | None = None, check_registers: Selector | None = None,
@@ -82,7 +112,7 @@ class Appends(Reads):
         outcome is unknown, `Unavailable` when the broker cannot be reached (nothing
         written). Buffers passed in must not change until this returns."""
         names.validate_journal_name(journal, "journal")
-        backoff = self._backoff("append", journal)
+        backoff = self._connection.backoff("append", journal)
         expect = 0 if offset is None else _check_offset(offset, "offset", 0)
         first = pb.AppendRequest(journal=journal, offset=expect)
         if check_registers is not None:
@@ -146,7 +176,7 @@ class Appends(Reads):
             return self._broker
         appender = self._appenders.get(target)
         if appender is None:
-            channel = open_channel(target, self._options, self.auth)
+            channel = self._connection.channel_to(target)
             appender = self._appenders[target] = _Appender(channel)
         return appender
 
@@ -159,7 +189,7 @@ class Appends(Reads):
             target = parse_address(route.endpoints[route.primary])
         except ValidationError:
             return
-        if target == self.address:
+        if target == self._connection.address:
             self._primaries.pop(journal, None)
         else:
             self._primaries[journal] = target
@@ -183,7 +213,7 @@ class Appends(Reads):
                     raise _AttemptFailed(err, committing=True) from err
                 self._whole_appends = False  # an older broker: nothing was appended
                 log.info("broker %s does not serve AppendWhole: appending by stream",
-                         self.address)
+                         self._connection.address)
 
         async def send() -> AsyncIterator[Content]:
             for msg in messages:
@@ -220,7 +250,7 @@ class Appends(Reads):
             if write_error is None:
                 return await call
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout(self._connection.timeout):
                     return await call
             except TimeoutError:
                 raise _AttemptFailed(write_error, committing) from write_error
@@ -254,7 +284,7 @@ class Appends(Reads):
                                       f"content cannot be sent again") from err
             if err.code() not in RETRYABLE:
                 raise rpc_error(err, journal) from err
-            raise Unavailable("append", self.address, err.code().name,
+            raise Unavailable("append", self._connection.address, err.code().name,
                               f"{err.details()} (nothing was written; streamed content "
                               "cannot be sent again)", journal) from err
         return self._result(journal, resp)
@@ -277,8 +307,8 @@ class Appends(Reads):
         ours = hashlib.sha1()
         await asyncio.to_thread(_sum_into, ours, [p for msg in messages for p in msg.parts])
         theirs, got = hashlib.sha1(), 0
-        async with contextlib.aclosing(self.read(journal, offset,
-                                                 end_offset=offset + size)) as chunks:
+        async with contextlib.aclosing(self._reads.read(
+                journal, offset, end_offset=offset + size)) as chunks:
             async for chunk in chunks:
                 if chunk.offset != offset + got:
                     break  # a hole: not what we wrote

@@ -1,13 +1,11 @@
-"""The connection a `JournalClient` holds to a broker: its gRPC channel and stubs, retry
-policy and request timeout, the checks of arguments every request shares, and the
-append calls of a channel (the client's own, or a primary's)."""
+"""The connection a client holds to a broker or consumer member (its gRPC channel, retry
+policy, request timeout and auth), and the checks of arguments every request shares."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
 
 import grpc
 
@@ -19,16 +17,10 @@ from gazette.client.retry import (
 )
 from gazette.client.wire import (
     CHANNEL_OPTIONS,
-    Content,
-    WholeAppend,
-    encode_append,
     parse_address,
 )
 from gazette.errors import ValidationError, short_repr
 from gazette.labels import Selector
-from gazette.pb import broker_pb2 as pb
-from gazette.pb import broker_pb2_grpc
-from gazette.protocol.content import ReadContent, decode_read_response
 
 log = logging.getLogger(__name__)
 
@@ -85,67 +77,39 @@ def checked_auth(auth: object, address: str = "") -> ClientAuth:
     return auth_for(address, auth)
 
 
-class _Appender:
-    """The append calls of one channel (the client's own, or a primary's)."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.channel = channel
-        self.stream: grpc.aio.StreamUnaryMultiCallable[
-            Content | pb.AppendRequest, pb.AppendResponse] = channel.stream_unary(
-                "/gazette.broker.Journal/Append", request_serializer=encode_append,
-                response_deserializer=pb.AppendResponse.FromString)
-        self.whole: grpc.aio.UnaryUnaryMultiCallable[
-            WholeAppend, pb.AppendResponse] = channel.unary_unary(
-                "/gazette.broker.Journal/AppendWhole", request_serializer=encode_append,
-                response_deserializer=pb.AppendResponse.FromString)
-
-
 class Connection:
-    """A broker's address, channel and stubs; what `JournalClient` is built on."""
+    """A client's connection to one server (a broker or a consumer member): its address,
+    gRPC channel, retry policy, request deadline and TLS/token settings, and whether it
+    was closed. The parts of a `JournalClient`, and a `ShardClient`, hold one."""
 
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
                  channel_options: Sequence[tuple[str, Any]] = (),
-                 timeout: float = 30.0, route_appends: bool = False,
-                 auth: ClientAuth | None = None) -> None:
+                 timeout: float = 30.0, auth: ClientAuth | None = None) -> None:
         self.address = parse_address(address)
-        self.route_appends = route_appends
         self.retry, self.timeout, self._options = checked_settings(retry, timeout,
                                                                    channel_options)
         #: TLS and the bearer token every call presents.
         self.auth = checked_auth(auth, address)
-        self._channel = open_channel(self.address, self._options, self.auth)
-        self._stub = broker_pb2_grpc.JournalStub(self._channel)
+        self.channel = open_channel(self.address, self._options, self.auth)
         self._closed = False
-        self._broker = _Appender(self._channel)
-        #: With `route_appends`: journal -> its primary's gRPC target, and an appender
-        #: per target.
-        self._primaries: dict[str, str] = {}
-        self._appenders: dict[str, _Appender] = {}
-        self._read_rpc: grpc.aio.UnaryStreamMultiCallable[
-            pb.ReadRequest, ReadContent] = self._channel.unary_stream(
-                "/gazette.broker.Journal/Read",
-                request_serializer=pb.ReadRequest.SerializeToString,
-                response_deserializer=decode_read_response)
-        #: Cleared when the broker does not know AppendWhole (an older version).
-        self._whole_appends = True
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.address!r})"
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def channel_to(self, target: str) -> grpc.aio.Channel:
+        """A channel to another server of the cluster (a journal's primary), with this
+        connection's options and auth; its holder closes it."""
+        return open_channel(target, self._options, self.auth)
 
     async def close(self) -> None:
-        """Close the channel: RPCs still running end with `Unavailable` (code CLOSED),
-        and so do calls made afterwards."""
+        """Close the channel: RPCs still running end, and calls made afterwards fail
+        (the clients raise `Unavailable`, code CLOSED)."""
         self._closed = True
-        await asyncio.gather(self._channel.close(None),
-                             *(a.channel.close(None) for a in self._appenders.values()))
+        await self.channel.close(None)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def _backoff(self, op: str, journal: str = "") -> Backoff:
+    def backoff(self, op: str, journal: str = "") -> Backoff:
+        """The retry budget of one operation; `Unavailable` (CLOSED) once closed."""
         if self._closed:
             raise Unavailable(op, self.address, "CLOSED", "the client was closed", journal)
         return Backoff(self.retry, op, self.address, journal, lambda: self._closed)

@@ -27,18 +27,33 @@ straight to it (one hop less), falling back to its own address when the primary 
 be reached or the route changes. Brokers' advertised endpoints must then be reachable
 from the client.
 
-Where each part lives: `connection` (channel, stubs, retries, argument checks),
-`reads` (`read`, `write_head`), `appends` (`append`, built on reads to resolve lost
-answers), `specs` (`list`, `watch`, `apply`, `fragments`); `JournalClient` is all of them.
+Where each part lives: `connection` (address, channel, retries, argument checks),
+`reads` (`read`, `write_head`), `appends` (`append`, holding the reads to resolve lost
+answers, and routing), `specs` (`list`, `watch`, `apply`, `fragments`); `JournalClient`
+holds one of each, over one `Connection`, and passes its calls on to them.
 """
 
 from __future__ import annotations
 
-from gazette.client.appends import Appends
-from gazette.client.specs import Specs
+import asyncio
+import builtins
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from datetime import timedelta
+from typing import Any, Self
+
+from gazette.auth import ClientAuth
+from gazette.client.appends import AppendContent, Appends
+from gazette.client.connection import Connection
+from gazette.client.reads import Reads
+from gazette.client.results import AppendResult, ReadChunk
+from gazette.client.retry import RetryPolicy
+from gazette.client.specs import Applied, FragmentInfo, Listing, Specs
+from gazette.labels import LabelSet, Selector
+from gazette.protocol import JournalSpec
+from gazette.protocol.trees import SpecChange
 
 
-class JournalClient(Appends, Specs):
+class JournalClient:
     """A client of one broker (``async with JournalClient("localhost:8080") as c``).
 
     `address` is ``host:port``, ``http://host:port`` or ``grpc://host:port``, or a gRPC
@@ -49,3 +64,100 @@ class JournalClient(Appends, Specs):
     files and the bearer token each call presents. Safe to share between tasks of one
     event loop.
     """
+
+    def __init__(self, address: str, *, retry: RetryPolicy | None = None,
+                 channel_options: Sequence[tuple[str, Any]] = (),
+                 timeout: float = 30.0, route_appends: bool = False,
+                 auth: ClientAuth | None = None) -> None:
+        self._connection = Connection(address, retry=retry, channel_options=channel_options,
+                                     timeout=timeout, auth=auth)
+        self._reads = Reads(self._connection)
+        self._appends = Appends(self._connection, self._reads, route_appends=route_appends)
+        self._specs = Specs(self._connection)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.address!r})"
+
+    @property
+    def address(self) -> str:
+        """The broker's gRPC target."""
+        return self._connection.address
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self._connection.retry
+
+    @property
+    def timeout(self) -> float:
+        return self._connection.timeout
+
+    @property
+    def auth(self) -> ClientAuth:
+        """TLS and the bearer token every call presents."""
+        return self._connection.auth
+
+    @property
+    def route_appends(self) -> bool:
+        return self._appends.route_appends
+
+    async def close(self) -> None:
+        """Close the channels: RPCs still running end with `Unavailable` (code CLOSED),
+        and so do calls made afterwards."""
+        await asyncio.gather(self._connection.close(), self._appends.close())
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # Each call below is its part's: see there for what it does and raises.
+
+    async def append(self, journal: str, content: AppendContent, *,
+                     offset: int | None = None, check_registers: Selector | None = None,
+                     union_registers: LabelSet | None = None,
+                     subtract_registers: LabelSet | None = None) -> AppendResult:
+        """Append `content` to `journal` atomically (`Appends.append`)."""
+        return await self._appends.append(
+            journal, content, offset=offset, check_registers=check_registers,
+            union_registers=union_registers, subtract_registers=subtract_registers)
+
+    def read(self, journal: str, offset: int = 0, *, block: bool = False,
+             end_offset: int = 0, direct: bool = False) -> AsyncGenerator[ReadChunk, None]:
+        """The content of `journal` from `offset`, as chunks (`Reads.read`); close it
+        early with `contextlib.aclosing`."""
+        return self._reads.read(journal, offset, block=block, end_offset=end_offset,
+                               direct=direct)
+
+    async def write_head(self, journal: str) -> int:
+        """The offset the journal's next append will start at (`Reads.write_head`)."""
+        return await self._reads.write_head(journal)
+
+    async def list(self, selector: Selector | str = "") -> Listing:
+        """Journals whose labels match `selector` (`Specs.list`)."""
+        return await self._specs.list(selector)
+
+    def watch(self, selector: Selector | str = "") -> AsyncIterator[Listing]:
+        """A `Listing` of the journals matching `selector` now and after every change
+        (`Specs.watch`)."""
+        return self._specs.watch(selector)
+
+    async def apply(self, changes: Sequence[SpecChange[JournalSpec]]) -> Applied:
+        """Apply `changes` of journal specs in one etcd transaction (`Specs.apply`)."""
+        return await self._specs.apply(changes)
+
+    def fragments(self, journal: str, *, begin_mod_time: int = 0, end_mod_time: int = 0,
+                  signature_ttl: timedelta | None = None, page_limit: int = 0
+                  ) -> AsyncIterator[builtins.list[FragmentInfo]]:
+        """The journal's fragments, a page at a time (`Specs.fragments`)."""
+        return self._specs.fragments(journal, begin_mod_time=begin_mod_time,
+                                    end_mod_time=end_mod_time, signature_ttl=signature_ttl,
+                                    page_limit=page_limit)
+
+    async def list_fragments(self, journal: str, *, begin_mod_time: int = 0,
+                             end_mod_time: int = 0, signature_ttl: timedelta | None = None,
+                             page_limit: int = 0) -> builtins.list[FragmentInfo]:
+        """Every fragment of the journal (`Specs.list_fragments`)."""
+        return await self._specs.list_fragments(
+            journal, begin_mod_time=begin_mod_time, end_mod_time=end_mod_time,
+            signature_ttl=signature_ttl, page_limit=page_limit)

@@ -24,7 +24,8 @@ from gazette.client.retry import (
 from gazette.errors import ValidationError
 from gazette.fragment import Fragment, fragment_from_pb
 from gazette.pb import broker_pb2 as pb
-from gazette.protocol.content import ReadContent
+from gazette.pb import broker_pb2_grpc
+from gazette.protocol.content import ReadContent, decode_read_response
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,17 @@ class _Ahead:
                 await fetched.rest.aclose()
 
 
-class Reads(Connection):
-    """`read` and `write_head`."""
+class Reads:
+    """`read` and `write_head` over a `Connection`."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._stub = broker_pb2_grpc.JournalStub(connection.channel)
+        self._read_rpc: grpc.aio.UnaryStreamMultiCallable[
+            pb.ReadRequest, ReadContent] = connection.channel.unary_stream(
+                "/gazette.broker.Journal/Read",
+                request_serializer=pb.ReadRequest.SerializeToString,
+                response_deserializer=decode_read_response)
 
     async def read(self, journal: str, offset: int = 0, *, block: bool = False,
                    end_offset: int = 0, direct: bool = False
@@ -83,7 +93,7 @@ class Reads(Connection):
         end = _check_offset(end_offset, "end_offset", 0)
         if pos == -1:
             pos = await self.write_head(journal)
-        backoff = self._backoff("read", journal)
+        backoff = self._connection.backoff("read", journal)
         ahead: _Ahead | None = None  # direct reads: the next fragment, fetched meanwhile
         try:
             while not end or pos < end:
@@ -206,7 +216,7 @@ class Reads(Connection):
         write head (non-blocking)."""
         call = self._stub.Read(pb.ReadRequest(journal=journal, offset=offset, block=block,
                                               metadata_only=True),
-                               timeout=None if block else self.timeout)
+                               timeout=None if block else self._connection.timeout)
         try:
             async for resp in call:
                 if resp.status == pb.OK:
@@ -251,10 +261,11 @@ class Reads(Connection):
     async def write_head(self, journal: str) -> int:
         """The journal's write head: the offset its next append will start at."""
         names.validate_journal_name(journal, "journal")
-        backoff = self._backoff("write_head", journal)
+        backoff = self._connection.backoff("write_head", journal)
         while True:
             call = self._stub.Read(pb.ReadRequest(journal=journal, offset=-1,
-                                                  metadata_only=True), timeout=self.timeout)
+                                                  metadata_only=True),
+                                   timeout=self._connection.timeout)
             try:
                 async for resp in call:
                     if resp.status in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):

@@ -22,12 +22,11 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from gazette import names
-from gazette.auth import ClientAuth, open_channel
-from gazette.client.connection import _check_offset, _selector, checked_auth, checked_settings
+from gazette.auth import ClientAuth
+from gazette.client.connection import Connection, _check_offset, _selector
 from gazette.client.errors import ApplyConflict, BrokerError, Unavailable
 from gazette.client.retry import Backoff, RetryPolicy
 from gazette.client.specs import Applied
-from gazette.client.wire import parse_address
 from gazette.errors import GazetteError, ValidationError
 from gazette.labels import LabelSet, Selector
 from gazette.pb import consumer_pb2 as cpb
@@ -154,20 +153,34 @@ class ShardClient:
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
                  timeout: float = 30.0, channel_options: Sequence[tuple[str, Any]] = (),
                  auth: ClientAuth | None = None) -> None:
-        self.address = parse_address(address)
-        self.retry, self.timeout, options = checked_settings(retry, timeout, channel_options)
-        self.auth = checked_auth(auth, address)
-        self._channel = open_channel(self.address, options, self.auth)
-        self._stub = consumer_pb2_grpc.ShardStub(self._channel)
-        self._closed = False
+        self._connection = Connection(address, retry=retry, timeout=timeout,
+                                      channel_options=channel_options, auth=auth)
+        self._stub = consumer_pb2_grpc.ShardStub(self._connection.channel)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.address!r})"
 
+    @property
+    def address(self) -> str:
+        """The member's gRPC target."""
+        return self._connection.address
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self._connection.retry
+
+    @property
+    def timeout(self) -> float:
+        return self._connection.timeout
+
+    @property
+    def auth(self) -> ClientAuth:
+        """TLS and the bearer token every call presents."""
+        return self._connection.auth
+
     async def close(self) -> None:
         """Close the channel: calls made afterwards raise `ShardUnavailable` (CLOSED)."""
-        self._closed = True
-        await self._channel.close(None)
+        await self._connection.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -180,9 +193,10 @@ class ShardClient:
                     timeout: float | None = None) -> tuple[Response, int]:
         """`rpc(request)` under a deadline, retried as `retry` allows; the response and
         how many attempts it took."""
-        backoff = Backoff(self.retry, op, self.address, shard, lambda: self._closed)
+        connection = self._connection
+        backoff = Backoff(self.retry, op, self.address, shard, lambda: connection.closed)
         while True:
-            if self._closed:
+            if connection.closed:
                 raise ShardUnavailable(op, self.address, "CLOSED", "the client was closed",
                                        shard)
             try:

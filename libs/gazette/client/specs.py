@@ -1,5 +1,5 @@
-"""Journals and their specs through a `JournalClient`: listings, watches, applies of
-spec changes, and fragment listings."""
+"""The specs part of a `JournalClient`: listings, watches, applies of spec changes, and
+fragment listings."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gazette.errors import ValidationError
 from gazette.fragment import Fragment, fragment_from_pb
 from gazette.labels import LabelSet, Selector
 from gazette.pb import broker_pb2 as pb
+from gazette.pb import broker_pb2_grpc
 from gazette.protocol import (
     JournalSpec,
     Route,
@@ -72,16 +73,20 @@ class FragmentInfo:
     persist_error: str = ""
 
 
-class Specs(Connection):
-    """`list`, `watch`, `apply`, `fragments` and `list_fragments`."""
+class Specs:
+    """`list`, `watch`, `apply`, `fragments` and `list_fragments` over a `Connection`."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._stub = broker_pb2_grpc.JournalStub(connection.channel)
 
     async def list(self, selector: Selector | str = "") -> Listing:
         """Journals whose labels match `selector` (all with an empty one), e.g.
         ``"prefix=foobar/, name not in (foobar/part-001)"``."""
         request = pb.ListRequest(selector=selector_to_pb(_selector(selector)))
-        backoff = self._backoff("list")
+        backoff = self._connection.backoff("list")
         while True:
-            call = self._stub.List(request, timeout=self.timeout)
+            call = self._stub.List(request, timeout=self._connection.timeout)
             try:
                 async for resp in call:
                     return _listing(resp)
@@ -96,7 +101,7 @@ class Specs(Connection):
         every change; reconnects after transport failures (a listing already yielded is
         not yielded again). Runs until closed (`contextlib.aclosing`)."""
         request = pb.ListRequest(selector=selector_to_pb(_selector(selector)), watch=True)
-        backoff = self._backoff("watch")
+        backoff = self._connection.backoff("watch")
         last = 0
         while True:
             request.watch_resume_revision = last
@@ -131,11 +136,11 @@ class Specs(Connection):
                 item.delete = change.name
             else:
                 item.upsert.CopyFrom(journal_spec_to_pb(change.spec))
-        backoff = self._backoff("apply")
+        backoff = self._connection.backoff("apply")
         lost = False  # an attempt's answer was lost: it may have applied
         while True:
             try:
-                resp = await self._stub.Apply(request, timeout=self.timeout)
+                resp = await self._stub.Apply(request, timeout=self._connection.timeout)
             except grpc.aio.AioRpcError as err:
                 lost = True
                 await backoff.wait(err)
@@ -193,10 +198,10 @@ class Specs(Connection):
                 raise ValidationError("signature_ttl", "must not be negative")
             request.signature_ttl.CopyFrom(duration_to_pb(signature_ttl))
         while True:
-            backoff = self._backoff("fragments", journal)
+            backoff = self._connection.backoff("fragments", journal)
             while True:
                 try:
-                    resp = await self._stub.ListFragments(request, timeout=self.timeout)
+                    resp = await self._stub.ListFragments(request, timeout=self._connection.timeout)
                     break
                 except grpc.aio.AioRpcError as err:
                     await backoff.wait(err)
