@@ -21,7 +21,6 @@ from gazette.client.reads import Reads
 from gazette.client.results import AppendResult
 from gazette.client.retry import (
     RETRYABLE,
-    RETRYABLE_STATUSES,
     rpc_error,
 )
 from gazette.client.wire import (
@@ -41,6 +40,7 @@ from gazette.protocol import (
     labels_to_pb,
     selector_to_pb,
 )
+from gazette.protocol.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,9 @@ class Appends:
                     raise
                 continue
             self._learn(journal, resp.header)
-            if pb.Status.Name(resp.status) in RETRYABLE_STATUSES:
-                await backoff.wait_status(pb.Status.Name(resp.status))
+            status = Status.of(resp.status)
+            if status.route_changing:
+                await backoff.wait_status(status)
                 continue
             if resp.status == pb.WRONG_APPEND_OFFSET and uncertain:
                 try:
@@ -291,7 +292,7 @@ class Appends:
 
     def _result(self, journal: str, resp: pb.AppendResponse) -> AppendResult:
         if resp.status != pb.OK:
-            raise BrokerError(pb.Status.Name(resp.status), journal,
+            raise BrokerError(Status.of(resp.status), journal,
                               f"{resp.detail}; nothing was appended" if resp.detail
                               else "nothing was appended")
         commit = fragment_from_pb(resp.commit, "commit")
@@ -315,7 +316,7 @@ class Appends:
                 await asyncio.to_thread(_sum_into, theirs, [chunk.content])
                 got += len(chunk.content)
         if got != size or theirs.digest() != ours.digest():
-            raise BrokerError("WRONG_APPEND_OFFSET", journal,
+            raise BrokerError(Status.WRONG_APPEND_OFFSET, journal,
                               f"an uncertain append expected at offset {offset} did not "
                               f"commit: other content was written there first")
         log.info("uncertain append to %s at %d resolved: it had committed", journal, offset)

@@ -18,14 +18,12 @@ from gazette.client.errors import BrokerError
 from gazette.client.fetch import fetch_fragment
 from gazette.client.metrics import READ_BYTES
 from gazette.client.results import ReadChunk
-from gazette.client.retry import (
-    RETRYABLE_STATUSES,
-)
 from gazette.errors import ValidationError
 from gazette.fragment import Fragment, fragment_from_pb
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol.content import ReadContent, decode_read_response
+from gazette.protocol.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +142,7 @@ class Reads:
                 except BrokerError as err:
                     # The journal's route is changing (a broker failing over or joining):
                     # nothing was skipped; read on from `pos` in a moment.
-                    if err.status not in RETRYABLE_STATUSES:
+                    if not (isinstance(err.status, Status) and err.status.route_changing):
                         raise
                     if ahead is not None:
                         await ahead.drop()
@@ -202,7 +200,7 @@ class Reads:
                 if status != pb.OK:
                     if status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
                         return
-                    raise BrokerError(pb.Status.Name(status), journal,
+                    raise BrokerError(Status.of(status), journal,
                                       f"reading from offset {offset}")
                 if part.content:
                     yield part
@@ -223,7 +221,7 @@ class Reads:
                     return resp
                 if resp.status == pb.OFFSET_NOT_YET_AVAILABLE and not block:
                     return None
-                raise BrokerError(pb.Status.Name(resp.status), journal,
+                raise BrokerError(Status.of(resp.status), journal,
                                   f"reading from offset {offset}")
         finally:
             call.cancel()
@@ -270,8 +268,8 @@ class Reads:
                 async for resp in call:
                     if resp.status in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):
                         return int(resp.write_head)
-                    status = pb.Status.Name(resp.status)
-                    if status not in RETRYABLE_STATUSES:
+                    status = Status.of(resp.status)
+                    if not status.route_changing:
                         raise BrokerError(status, journal, "asking for the write head")
                     break
                 else:

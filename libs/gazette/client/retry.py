@@ -22,6 +22,7 @@ import grpc
 from gazette.client.errors import BrokerError, Unavailable
 from gazette.client.metrics import RETRIES
 from gazette.errors import ValidationError
+from gazette.protocol.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +93,8 @@ def rpc_error(err: grpc.aio.AioRpcError, journal: str = "") -> Exception:
 
 #: Broker statuses of an append or read that a moment later may succeed: the journal's
 #: route is changing (a broker died, joined or is draining). Nothing was written.
-RETRYABLE_STATUSES = frozenset({
-    "NO_JOURNAL_PRIMARY_BROKER", "NOT_JOURNAL_PRIMARY_BROKER", "NOT_JOURNAL_BROKER",
-    "INSUFFICIENT_JOURNAL_BROKERS", "WRONG_ROUTE", "REPLICATION_FAILED",
-})
+#: (`Status.route_changing` says it of one status.)
+RETRYABLE_STATUSES = frozenset(s for s in Status if s.route_changing)
 #: The longest wait before asking again about a journal whose route is changing.
 ROUTE_RETRY_SECONDS = 0.25
 #: How often those retries are logged (at INFO; the others at DEBUG).
@@ -124,7 +123,7 @@ class Backoff:
     def retryable(self, err: grpc.aio.AioRpcError) -> bool:
         return err.code() in RETRYABLE
 
-    async def wait_status(self, status: str) -> None:
+    async def wait_status(self, status: Status) -> None:
         """As `wait`, for a broker status of `RETRYABLE_STATUSES` (the route is
         changing): waits at most `ROUTE_RETRY_SECONDS`; raises `BrokerError` (nothing
         was written) once the policy's `budget` of time is spent."""

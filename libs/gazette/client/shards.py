@@ -11,8 +11,10 @@ naming the field a member refused.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
@@ -42,22 +44,32 @@ from gazette.protocol import (
     shard_spec_from_pb,
     shard_spec_to_pb,
 )
+from gazette.protocol.status import ShardStatus
 from gazette.protocol.trees import SpecChange
 
 log = logging.getLogger(__name__)
+
+#: A `stat` waiting to read through asks a shard without a primary again after this
+#: long at first (doubling up to a second).
+STAT_RETRY_SECONDS = 0.1
 
 Response = TypeVar("Response", bound=Message)
 
 
 class ShardError(GazetteError):
-    """A consumer member refused a request: `status` is a Shard `Status` name such as
-    ``SHARD_NOT_FOUND`` or ``NO_SHARD_PRIMARY`` (or, for a failure that is not a status,
-    the gRPC code name)."""
+    """A consumer member refused a request: `status` is the protocol's `ShardStatus`
+    such as `ShardStatus.SHARD_NOT_FOUND` (or, for a failure that is not a status, the
+    gRPC code name)."""
 
-    def __init__(self, status: str, shard: str = "", detail: str = "") -> None:
+    def __init__(self, status: ShardStatus | str, shard: str = "", detail: str = ""
+                 ) -> None:
         self.status, self.shard, self.detail = status, shard, detail
         where = f" for shard {shard}" if shard else ""
         super().__init__(f"{status}{where}" + (f": {detail}" if detail else ""))
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        return isinstance(self.status, ShardStatus) and self.status.retriable
 
 
 class ShardApplyConflict(ApplyConflict):
@@ -219,7 +231,7 @@ class ShardClient:
         request = cpb.ListRequest(selector=selector_to_pb(_selector(selector)))
         resp, _ = await self._call("list", "", self._stub.List, request)
         if resp.status != cpb.OK:
-            raise ShardError(cpb.Status.Name(resp.status), "", "listing shards")
+            raise ShardError(ShardStatus.of(resp.status), "", "listing shards")
         out = [_listed(s, f"shards[{i}]") for i, s in enumerate(resp.shards)]
         out.sort(key=lambda s: s.spec.id)
         return out
@@ -249,7 +261,7 @@ class ShardClient:
                 return Applied(revision)
             raise ShardApplyConflict(resp.header.etcd.revision, ids)
         if resp.status != cpb.OK:
-            raise ShardError(cpb.Status.Name(resp.status), ", ".join(ids))
+            raise ShardError(ShardStatus.of(resp.status), ", ".join(ids))
         return Applied(int(resp.header.etcd.revision))
 
     async def _applied(self, changes: Sequence[SpecChange[ShardSpec]]) -> int:
@@ -281,9 +293,20 @@ class ShardClient:
             names.validate_journal_name(journal, "read_through")
             offsets[journal] = _check_offset(offset, f"read_through[{journal}]", 0)
         request = cpb.StatRequest(shard=shard, read_through=offsets)
-        resp, _ = await self._call("stat", shard, self._stub.Stat, request, timeout)
-        if resp.status != cpb.OK:
-            raise ShardError(cpb.Status.Name(resp.status), shard)
+        deadline = time.monotonic() + (timeout or self.timeout)
+        delay = STAT_RETRY_SECONDS
+        while True:
+            resp, _ = await self._call("stat", shard, self._stub.Stat, request,
+                                       max(deadline - time.monotonic(), 0.001))
+            status = ShardStatus.of(resp.status)
+            if status is ShardStatus.OK:
+                break
+            # Waiting to read through: a shard whose primary is changing (or not yet
+            # assigned) is asked again until the deadline.
+            if not (offsets and status.retriable) or time.monotonic() + delay > deadline:
+                raise ShardError(status, shard)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
         route = route_from_pb(resp.header.route, "header.route") \
             if resp.header.HasField("route") else Route()
         return ShardStat(dict(resp.read_through), dict(resp.publish_at), route)
@@ -295,7 +318,7 @@ class ShardClient:
         resp, _ = await self._call("get_hints", shard, self._stub.GetHints,
                                    cpb.GetHintsRequest(shard=shard))
         if resp.status != cpb.OK:
-            raise ShardError(cpb.Status.Name(resp.status), shard)
+            raise ShardError(ShardStatus.of(resp.status), shard)
         primary = _hints(resp.primary_hints) if resp.HasField("primary_hints") else None
         return ShardHints(shard, primary, tuple(_hints(b) for b in resp.backup_hints))
 
@@ -313,7 +336,7 @@ class ShardClient:
                                       dry_run=dry_run)
         resp, _ = await self._call("unassign", "", self._stub.Unassign, request)
         if resp.status != cpb.OK:
-            raise ShardError(cpb.Status.Name(resp.status), ", ".join(shards))
+            raise ShardError(ShardStatus.of(resp.status), ", ".join(shards))
         return list(resp.shards)
 
 

@@ -28,6 +28,7 @@ from gazette.protocol import (
     selector_to_pb,
 )
 from gazette.protocol.convert import duration_to_pb
+from gazette.protocol.status import Status
 from gazette.protocol.trees import SpecChange
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class Specs:
                         return Applied(applied)
                 raise ApplyConflict(resp.header.etcd.revision, names_)
             if resp.status != pb.OK:
-                raise BrokerError(pb.Status.Name(resp.status), ", ".join(names_))
+                raise BrokerError(Status.of(resp.status), ", ".join(names_))
             return Applied(int(resp.header.etcd.revision), tuple(resp.warnings))
 
     async def _applied(self, changes: Sequence[SpecChange[JournalSpec]]) -> int:
@@ -206,7 +207,7 @@ class Specs:
                 except grpc.aio.AioRpcError as err:
                     await backoff.wait(err)
             if resp.status != pb.OK:
-                raise BrokerError(pb.Status.Name(resp.status), journal, "listing fragments")
+                raise BrokerError(Status.of(resp.status), journal, "listing fragments")
             yield [FragmentInfo(fragment_from_pb(item.spec, f"fragments[{i}]"),
                                 item.signed_url, item.persist_error)
                    for i, item in enumerate(resp.fragments)]
@@ -228,7 +229,7 @@ class Specs:
 
 def _listing(resp: pb.ListResponse) -> Listing:
     if resp.status != pb.OK:
-        raise BrokerError(pb.Status.Name(resp.status), "", "listing journals")
+        raise BrokerError(Status.of(resp.status), "", "listing journals")
     journals = [ListedJournal(journal_spec_from_pb(j.spec), j.mod_revision, j.create_revision,
                               route_from_pb(j.route) if j.HasField("route") else Route())
                 for j in resp.journals]

@@ -27,11 +27,10 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import Counter
 
 from gazette.allocator import Route
-from gazette.client import RETRYABLE_STATUSES, AppendUncertain, BrokerError, Unavailable
 from gazette.cluster import Resolution
 from gazette.consumer.recovery import Standby
 from gazette.consumer.runner import ShardRunner
-from gazette.keyspace import EtcdError
+from gazette.errors import GazetteError
 from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus, ShardSpec
 from gazette.recoverylog import Player
 from gazette.recoverylog import Progress as PlayProgress
@@ -45,13 +44,8 @@ SHARD_RESTARTS = Counter("gazette_consumer_shard_restarts_total",
                          "Shard runs ended by a transient fault (brokers or etcd out of "
                          "reach) and run again after a backoff")
 
-#: Failures a shard runs again from, after `RESTART_FIRST_SECONDS`, doubling up to
-#: `RESTART_MAX_SECONDS` while they repeat (`transient`).
-TRANSIENT = (Unavailable, AppendUncertain, EtcdError)
-#: Broker refusals that wrote nothing and pass: the journal's route is changing or it
-#: has too few brokers (`RETRYABLE_STATUSES`, which the client retries until its budget
-#: is spent), or its store does not take fragments yet.
-TRANSIENT_STATUSES = RETRYABLE_STATUSES | {"FRAGMENT_STORE_UNHEALTHY"}
+#: A shard whose run failed for a fault that passes (`transient`) runs again after
+#: `RESTART_FIRST_SECONDS`, doubling up to `RESTART_MAX_SECONDS` while they repeat.
 RESTART_FIRST_SECONDS = 0.5
 RESTART_MAX_SECONDS = 30.0
 
@@ -66,11 +60,12 @@ PENDING, RECOVERING, STANDBY, PRIMARY, FAILED = (
 
 def transient(err: BaseException) -> bool:
     """Whether a run that failed with `err` (or with what caused it) failed for a fault
-    that passes: the shard runs again rather than stays FAILED."""
+    that passes (the error is `retriable`: brokers or etcd out of reach, an append in
+    doubt, a journal's route changing or its store not taking fragments yet): the shard
+    runs again rather than stays FAILED."""
     seen: BaseException | None = err
     while seen is not None:
-        if isinstance(seen, TRANSIENT) or (isinstance(seen, BrokerError)
-                                           and seen.status in TRANSIENT_STATUSES):
+        if isinstance(seen, GazetteError) and seen.retriable:
             return True
         seen = seen.__cause__
     return False

@@ -27,6 +27,7 @@ from gazette.gazctl.context import Command, CommandError, Context, info, warn
 from gazette.gazctl.output import table
 from gazette.message import Envelope, FrameError
 from gazette.names import validate_prefix
+from gazette.protocol import Status
 
 #: Characters of a dead letter's error shown in the table.
 ERROR_WIDTH = 60
@@ -70,7 +71,7 @@ async def _write_head(ctx: Context, journal: str, what: str, hint: str) -> int:
     try:
         return await ctx.client.write_head(journal)
     except BrokerError as err:
-        if err.status != "JOURNAL_NOT_FOUND":
+        if err.status is not Status.JOURNAL_NOT_FOUND:
             raise
         raise CommandError(f"the {what} journal {journal} does not exist ({hint})") from None
 

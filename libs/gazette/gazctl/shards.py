@@ -30,7 +30,8 @@ from gazette.gazctl.fragments import (
 from gazette.gazctl.journals import route_to_dict
 from gazette.gazctl.output import table
 from gazette.labels import Selector
-from gazette.protocol import ShardSpec
+from gazette.protocol import ShardSpec, ShardStatus
+from gazette.protocol.status import Status
 from gazette.protocol.trees import shard_changes_from_yaml, specs_to_yaml
 from gazette.recoverylog import Hints
 
@@ -38,8 +39,8 @@ from gazette.recoverylog import Hints
 ShardsVerb = Callable[[Context, ShardClient, argparse.Namespace], Awaitable[int]]
 
 #: Stat statuses of a shard that has no running primary to ask: its lag is unknown.
-NOT_RUNNING = frozenset({"NO_SHARD_PRIMARY", "NOT_SHARD_PRIMARY", "SHARD_STOPPED",
-                         "SHARD_NOT_FOUND"})
+NOT_RUNNING = frozenset({ShardStatus.NO_SHARD_PRIMARY, ShardStatus.NOT_SHARD_PRIMARY,
+                         ShardStatus.SHARD_STOPPED, ShardStatus.SHARD_NOT_FOUND})
 
 NO_RECOVERY_LOGS = ("it has not recovered from a recovery log yet (or has no "
                     "recovery_log_prefix)")
@@ -99,7 +100,7 @@ async def _heads(ctx: Context, journals: set[str]) -> dict[str, int | None]:
         try:
             return await ctx.client.write_head(journal)
         except BrokerError as err:
-            if err.status != "JOURNAL_NOT_FOUND":
+            if err.status is not Status.JOURNAL_NOT_FOUND:
                 raise
             warn("a source journal does not exist: its shards' lag is unknown",
                  journal=journal)

@@ -24,6 +24,7 @@ from prometheus_client import Counter
 from gazette.client import AppendUncertain, BrokerError, JournalClient
 from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
+from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
 from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, record
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
@@ -90,7 +91,7 @@ class Player:
         try:
             head = await self.client.write_head(self.log)
         except BrokerError as err:
-            if err.status != "JOURNAL_NOT_FOUND":
+            if err.status is not Status.JOURNAL_NOT_FOUND:
                 raise
             raise PlaybackError(f"{self.name}: its recovery log {self.log} does not "
                                 "exist (create the journal)") from None
@@ -240,11 +241,11 @@ class Player:
                     check_registers=_UNTAKEN if head == 0 else None,
                     union_registers=fence(author), subtract_registers=authors - fence(author))
             except BrokerError as err:
-                if err.status in ("WRONG_APPEND_OFFSET", "REGISTER_MISMATCH"):
+                if err.status in (Status.WRONG_APPEND_OFFSET, Status.REGISTER_MISMATCH):
                     log.info("%s: handing off recovery log %s at %d: another writer came "
                              "first (%s); playing what it wrote", self.name, self.log, head,
                              err.status)
-                    refused_at = head if err.status == "REGISTER_MISMATCH" else -1
+                    refused_at = head if err.status is Status.REGISTER_MISMATCH else -1
                     continue
                 raise
             except AppendUncertain as err:

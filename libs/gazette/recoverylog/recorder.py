@@ -20,6 +20,7 @@ from prometheus_client import Counter
 from gazette.client import JournalClient
 from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
+from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints
 from gazette.recoverylog.ops import Kind, record
 
@@ -201,7 +202,7 @@ class Recorder:
             except BaseException as err:
                 self.failed = err
                 status = getattr(err, "status", "")
-                if status in ("REGISTER_MISMATCH", "WRONG_APPEND_OFFSET"):
+                if status in (Status.REGISTER_MISMATCH, Status.WRONG_APPEND_OFFSET):
                     raise RecorderFenced(f"recovery log {self.log} was taken over by "
                                          f"another writer ({status}): this one is fenced "
                                          "out") from err
