@@ -3,7 +3,7 @@
 
 Each table sits between ``<!-- options: NAME -->`` and ``<!-- end options -->`` in a doc;
 `TABLES` says which options each NAME lists. ``python scripts/gen_option_tables.py``
-rewrites the tables in place; tests/unit/test_option_tables.py checks they are current.
+rewrites the tables in place; tests/unit/serving/test_option_tables.py checks they are current.
 """
 
 from __future__ import annotations

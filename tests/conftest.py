@@ -34,7 +34,7 @@ pytest_plugins = [
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
     """Tests that run the built images: start building them now, in the background."""
-    if any(item.nodeid.startswith("tests/integration/test_chart_processes.py")
+    if any(item.nodeid.startswith("tests/integration/deploy/test_chart_processes.py")
            for item in items):
         import tempfile
         from pathlib import Path

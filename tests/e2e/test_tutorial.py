@@ -39,7 +39,7 @@ from gazette.local.tutorial import EXAMPLE_JOURNAL_YAML, FOOBAR_TREE_YAML, TUTOR
 from gazette.protocol import CompressionCodec
 from tests.fixtures.procs import free_port, run_process
 from tests.fixtures.s3 import S3Bucket, S3Server
-from tests.integration.test_broker_process import wait_healthy
+from tests.integration.broker.test_broker_process import wait_healthy
 
 pytestmark = pytest.mark.integration
 

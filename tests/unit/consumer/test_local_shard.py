@@ -16,7 +16,15 @@ from gazette.client import BrokerError, Unavailable
 from gazette.cluster import Resolution
 from gazette.consumer import shard as shard_module
 from gazette.consumer.shard import LocalShard
-from gazette.protocol import ProcessId, ReplicaState, ReplicaStatus, Route, ShardSource, ShardSpec
+from gazette.protocol import (
+    ProcessId,
+    ReplicaState,
+    ReplicaStatus,
+    Route,
+    ShardSource,
+    ShardSpec,
+    Status,
+)
 
 ME = ProcessId("z", "me")
 SPEC = ShardSpec("app/shard-0", (ShardSource("in/a"),))
@@ -103,11 +111,11 @@ async def test_a_refusal_that_wrote_nothing_runs_the_shard_again(
     route changing, a store not taking fragments yet, also as the cause of another
     error): the shard runs again once it passes, never stays FAILED."""
     monkeypatch.setattr(shard_module, "RESTART_FIRST_SECONDS", 0.01)
-    too_few = BrokerError("INSUFFICIENT_JOURNAL_BROKERS", "out/a",
+    too_few = BrokerError(Status.INSUFFICIENT_JOURNAL_BROKERS, "out/a",
                           "nothing was written; still so after 10 attempts")
     wrapped = RuntimeError("recording the store failed")
-    wrapped.__cause__ = BrokerError("FRAGMENT_STORE_UNHEALTHY", "logs/a", "retry later")
-    moving = BrokerError("NO_JOURNAL_PRIMARY_BROKER", "in/a")
+    wrapped.__cause__ = BrokerError(Status.FRAGMENT_STORE_UNHEALTHY, "logs/a", "retry later")
+    moving = BrokerError(Status.NO_JOURNAL_PRIMARY_BROKER, "in/a")
     async with running([too_few, wrapped, moving]) as (shard, statuses, runs):
         await until(lambda: shard.status.state == ReplicaState.PRIMARY)
         assert len(runs) == 4
@@ -115,7 +123,7 @@ async def test_a_refusal_that_wrote_nothing_runs_the_shard_again(
 
 
 async def test_a_refusal_that_will_not_pass_leaves_the_shard_failed() -> None:
-    async with running([BrokerError("JOURNAL_NOT_FOUND", "in/a")]) as (shard, _, _):
+    async with running([BrokerError(Status.JOURNAL_NOT_FOUND, "in/a")]) as (shard, _, _):
         await until(lambda: shard.status.state == ReplicaState.FAILED)
         assert "JOURNAL_NOT_FOUND" in shard.status.error
 

@@ -3,7 +3,7 @@ scheduled CronJob and a k8s-master job with its service account, Role and execut
 template are valid Kubernetes (kubernetes-validate, strict, offline); their arguments,
 their S3 credentials (the brokers' own secret) and the broker address are wired as the
 jobs expect; the Role grants only what a Spark driver in client mode asks of the API; the
-executors' command passes Spark's settings on (tests/integration/
+executors' command passes Spark's settings on (tests/integration/deploy/
 test_chart_executor_command.py runs it with the real JRE); bad values are refused."""
 
 from __future__ import annotations
