@@ -75,33 +75,26 @@ def default_suffix() -> str:
 
 @dataclass
 class MemberConfig(SecurityConfig):
-    """What ``gazette-consumer serve`` is configured with (each has a flag and an
-    environment variable; the security fields are `gazette.auth.SecurityConfig`'s);
-    tests build one directly."""
+    """What ``gazette-consumer serve`` is configured with; tests build one directly.
+    Each field's flag, environment variable and help are described once, in
+    `gazette_consumer.cli.SERVE_OPTIONS` (the security fields' in
+    `gazette.serving.options`), which docs/consumers.md's table is made from."""
 
-    #: The application's name: its shards and members live under {etcd_root}/{app_name}.
     app_name: str
     zone: str = "local"
     suffix: str = field(default_factory=default_suffix)
     host: str = "localhost"
     bind: str = ""
-    #: gRPC port (0: a free one).
     port: int = 8090
-    #: HTTP port: /metrics, /healthz and the application's routes (0: a free one;
-    #: -1: no HTTP).
     http_port: int = 8091
     shard_limit: int = 1024
     lease_ttl: int = DEFAULT_LEASE_TTL
-    #: Seconds a stopping member waits for its shards to move to other members.
     drain_timeout: float = 60.0
-    #: Seconds in-flight RPCs get on shutdown.
     grace: float = 5.0
     broker_address: str = "localhost:8080"
     etcd_address: str = "http://localhost:2379"
     etcd_root: str = CONSUMER_ROOT
     etcd_startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT
-    #: Folder of the stores of shards with recovery logs ("": a temporary folder,
-    #: removed when the member stops).
     local_dir: str = ""
 
     def __post_init__(self) -> None:
