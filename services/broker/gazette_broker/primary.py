@@ -43,6 +43,9 @@ class PrimaryPart:
         self.state = state
         self.pipeline: Pipeline | None = None
         self.announced: Route | None = None
+        #: Counts the resolutions that found an assignment without the route: an
+        #: announcement in flight when one comes may have missed that assignment.
+        self.unannounced_seen = 0
 
     def update_route(self, res: Resolution[JournalSpec]) -> None:
         """The journal's route (and its members' endpoints) as of a newer revision. A
@@ -51,10 +54,12 @@ class PrimaryPart:
         state = self.state
         old, state.resolution = state.resolution, res
         if old is not None and (old.route, old.endpoints) == (res.route, res.endpoints):
-            if not res.announced and self.announced == res.route and state.is_primary:
+            if not res.announced and state.is_primary:
                 # Same route, but an assignment moved to another slot (a new key
-                # without the route): announce it again, or the allocator waits for ever.
+                # without the route): announce it again, or the allocator waits for ever;
+                # an announcement in flight may have been written before that key was.
                 self.announced = None
+                self.unannounced_seen += 1
                 state.pulse.set()
             return
         state.wake_sessions()
@@ -152,11 +157,12 @@ class PrimaryPart:
         assert res is not None
         if self.announced == res.route:
             return True
+        seen = self.unannounced_seen
         try:
             announced = await peering.announce(state.spec.name, res.route)
         except EtcdError as err:
             log.warning("announcing the route of %s: %s", state.spec.name, err)
             return False
-        if announced:
+        if announced and seen == self.unannounced_seen:
             self.announced = res.route
-        return announced
+        return announced  # (else the pulse set meanwhile announces it once more)

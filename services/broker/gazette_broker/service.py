@@ -59,33 +59,18 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
     add_guarded(broker_pb2_grpc.add_JournalServicer_to_server, service, server, adjust)
 
 
-class JournalService(broker_pb2_grpc.JournalServicer):
+class JournalService:
     """The gRPC Journal service of a broker: specs (`SpecRpcs`), appends and
     replication (`AppendRpcs`), reads and fragments (`ReadRpcs`), each in its own module
     and each holding the `routing` they share."""
 
     def __init__(self, routing: JournalRouting) -> None:
         self.routing = routing
-        self.specs, self.appends = SpecRpcs(routing), AppendRpcs(routing)
-        self.reads = ReadRpcs(routing)
-
-    def List(self, request: Any, context: Any) -> Any:
-        return self.specs.List(request, context)
-
-    def Apply(self, request: Any, context: Any) -> Any:
-        return self.specs.Apply(request, context)
-
-    def Append(self, request_iterator: Any, context: Any) -> Any:
-        return self.appends.Append(request_iterator, context)
-
-    def AppendWhole(self, request: Any, context: Any) -> Any:
-        return self.appends.AppendWhole(request, context)
-
-    def Replicate(self, request_iterator: Any, context: Any) -> Any:
-        return self.appends.Replicate(request_iterator, context)
-
-    def Read(self, request: Any, context: Any) -> Any:
-        return self.reads.Read(request, context)
-
-    def ListFragments(self, request: Any, context: Any) -> Any:
-        return self.reads.ListFragments(request, context)
+        specs, appends, reads = SpecRpcs(routing), AppendRpcs(routing), ReadRpcs(routing)
+        # The registration looks the methods up by name, and grpc.aio (and the guard of
+        # malformed requests) tells coroutines from async generators by their kind: the
+        # parts' own methods, not wrappers.
+        self.List, self.Apply = specs.List, specs.Apply
+        self.Append, self.AppendWhole = appends.Append, appends.AppendWhole
+        self.Replicate = appends.Replicate
+        self.Read, self.ListFragments = reads.Read, reads.ListFragments

@@ -56,6 +56,7 @@ from gazette.protocol import JournalSpec
 from gazette.protocol.content import AppendContent
 from gazette.protocol.trees import SpecChange
 from gazette_broker import BrokerServer, JournalService, add_journal_service
+from gazette_broker.routing import JournalRouting
 from tests.fixtures.broker import persist, plain_server
 from tests.fixtures.polling import eventually
 from tests.fixtures.relay import Relay
@@ -375,16 +376,22 @@ class CountingService(JournalService):
     whole = True
     whole_calls = 0
 
-    async def AppendWhole(self, request: AppendContent, context: Any) -> pb.AppendResponse:
-        self.whole_calls += 1
-        if not self.whole:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
-        return await super().AppendWhole(request, context)
+    def __init__(self, routing: JournalRouting) -> None:
+        super().__init__(routing)
+        served = self.AppendWhole
+
+        async def counted(request: AppendContent, context: Any) -> pb.AppendResponse:
+            self.whole_calls += 1
+            if not self.whole:
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+            return await served(request, context)
+
+        self.AppendWhole = counted
 
 
 async def test_appends_that_fit_a_message_take_one_append_whole_call(
         broker: BrokerServer) -> None:
-    service = CountingService(broker.broker.replicas)
+    service = CountingService(JournalRouting(broker.broker.replicas))
     server = plain_server()
     add_journal_service(service, server)
     port = server.add_insecure_port("127.0.0.1:0")

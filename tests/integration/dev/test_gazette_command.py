@@ -282,7 +282,7 @@ async def test_dev_up_stops_and_cleans_up_when_its_terminal_closes(tmp_path: Pat
     """SIGHUP (the terminal closed) stops it as Ctrl-C does: etcd stopped, its
     temporary folder removed."""
     async with dev_up_in(tmp_path) as (proc, text):
-        temp = etcd_data_dir(text).parents[2]
+        temp = etcd_data_dir(text).parents[1]
         assert temp.parent == tmp_path and temp.is_dir() and pids_naming(temp)
         proc.send_signal(signal.SIGHUP)
         rest, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -296,7 +296,7 @@ async def test_a_second_ctrl_c_during_a_slow_drain_stops_at_once(tmp_path: Path)
     it at once: etcd killed, the temporary folder removed, exit 130."""
     async with dev_up_in(tmp_path) as (proc, text):
         assert proc.stdout is not None
-        temp = etcd_data_dir(text).parents[2]
+        temp = etcd_data_dir(text).parents[1]
         [etcd] = pids_naming(temp)
         os.kill(etcd, signal.SIGSTOP)
         proc.send_signal(signal.SIGINT)

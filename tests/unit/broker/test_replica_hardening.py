@@ -197,3 +197,40 @@ async def test_a_pipeline_to_a_peer_without_an_endpoint_opens_no_stream() -> Non
                             Fragment("example/journal", 0, 0, EMPTY_SHA1), LabelSet())
     assert channels._channels == {}  # nothing was opened, so nothing leaks
     await channels.close()
+
+
+async def test_an_assignment_seen_without_the_route_while_announcing_is_announced_again(
+        tmp_path: Path) -> None:
+    """An assignment moved to another slot (a new key without the route) came while the
+    primary's announcement was in flight: that announcement, written before the new key,
+    was taken as done, and the allocator waited for ever (a fault test left a journal
+    unrouted for 40 s). Now the primary announces once more."""
+    me = ProcessId("zone", "me")
+    calls: list[Route] = []
+    in_flight, release = asyncio.Event(), asyncio.Event()
+
+    async def announce(journal: str, route: Route) -> bool:
+        calls.append(route)
+        if len(calls) == 1:
+            in_flight.set()
+            await release.wait()
+        return True
+
+    peering = Peering(me, Channels(), lambda res: pb.Header(), announce)
+    r = Replica(SPEC, tmp_path, Shared(peering=peering))
+    route = Route((me,), 0)
+    res = Resolution(SPEC.name, SPEC, route, ("http://me:1",), 1)
+    r.update_route(res)
+    task = asyncio.create_task(r.run())
+    try:
+        async with asyncio.timeout(10):
+            await in_flight.wait()
+            r.update_route(Resolution(SPEC.name, SPEC, route, ("http://me:1",), 2,
+                                      announced=False))
+            release.set()
+            while len(calls) < 2 or r.as_primary.announced != route:
+                assert not task.done(), f"the loop ended: {task}"
+                await asyncio.sleep(0.02)
+        assert calls == [route, route]
+    finally:
+        task.cancel()
