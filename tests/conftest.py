@@ -32,10 +32,30 @@ pytest_plugins = [
 ]
 
 
+#: Whether the session runs the tests of the built images and their background build is
+#: still to start (set at collection).
+_IMAGES_WANTED = False
+#: Tests that measure timing against faults: the background build of the images starts
+#: only once they are done (a cold build, run beside them, starved the clusters of the
+#: fault suites until their deadlines passed, though it runs at the lowest priority).
+_BEFORE_PREBUILD = ("tests/e2e/", "tests/fault/")
+
+
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
-    """Tests that run the built images: start building them now, in the background."""
-    if any(item.nodeid.startswith("tests/integration/deploy/test_chart_processes.py")
-           for item in items):
+    """Tests that run the built images: build them in the background (see below)."""
+    global _IMAGES_WANTED
+    _IMAGES_WANTED = any(
+        item.nodeid.startswith("tests/integration/deploy/test_chart_processes.py")
+        for item in items)
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    """The first test past the fault suites starts the images' background build, so a
+    cold build (minutes) overlaps the integration tests that run before the image
+    tests; `prebuild` starts it once per session."""
+    global _IMAGES_WANTED
+    if _IMAGES_WANTED and not item.nodeid.startswith(_BEFORE_PREBUILD):
+        _IMAGES_WANTED = False  # started (or podman is missing: `build` says so)
         import tempfile
         from pathlib import Path
 

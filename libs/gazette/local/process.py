@@ -23,11 +23,24 @@ class ComponentError(GazetteError):
     """A real component could not be found or started; the message says why."""
 
 
+#: Ports `free_port` handed out in this process: never handed out twice, for the kernel
+#: may offer a port just closed again (two brokers of one test were given the same port,
+#: and one failed to start).
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, and that this process
+    has not handed out before."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise ComponentError("no free TCP port on 127.0.0.1 that this process has not handed "
+                         "out already")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
