@@ -23,6 +23,11 @@ class BrokerError(GazetteError):
     def retriable(self) -> bool:  # type: ignore[override]
         return isinstance(self.status, Status) and self.status.retriable
 
+    @property
+    def route_changing(self) -> bool:
+        """Whether the journal's route was changing: the client retries these itself."""
+        return isinstance(self.status, Status) and self.status.route_changing
+
 
 class ApplyConflict(BrokerError):
     """A change's expected mod revision was stale (``ETCD_TRANSACTION_FAILED``): a spec

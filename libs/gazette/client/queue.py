@@ -29,7 +29,6 @@ from gazette.client.journal import JournalClient
 from gazette.client.metrics import APPEND_RPCS
 from gazette.client.results import AppendResult
 from gazette.errors import GazetteError, ValidationError
-from gazette.protocol.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +154,8 @@ class AppendQueue:
             try:
                 return await self.client.append(journal, content)
             except (AppendUncertain, Unavailable, BrokerError) as err:
-                if not self.resend or (isinstance(err, BrokerError) and not (
-                        isinstance(err.status, Status) and err.status.route_changing)):
+                if not self.resend or (isinstance(err, BrokerError)
+                                       and not err.route_changing):
                     raise
                 log.warning("append to %s: %s; sending it again in %.1fs", journal, err,
                             delay)

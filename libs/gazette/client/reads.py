@@ -142,7 +142,7 @@ class Reads:
                 except BrokerError as err:
                     # The journal's route is changing (a broker failing over or joining):
                     # nothing was skipped; read on from `pos` in a moment.
-                    if not (isinstance(err.status, Status) and err.status.route_changing):
+                    if not err.route_changing:
                         raise
                     if ahead is not None:
                         await ahead.drop()

@@ -123,7 +123,7 @@ class Backoff:
     def retryable(self, err: grpc.aio.AioRpcError) -> bool:
         return err.code() in RETRYABLE
 
-    async def wait_status(self, status: Status) -> None:
+    async def wait_status(self, status: Status | str) -> None:
         """As `wait`, for a broker status of `RETRYABLE_STATUSES` (the route is
         changing): waits at most `ROUTE_RETRY_SECONDS`; raises `BrokerError` (nothing
         was written) once the policy's `budget` of time is spent."""
