@@ -48,6 +48,7 @@ handoff,cold_start`` runs some of the parts (all by default).
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import os
@@ -77,7 +78,7 @@ from gazette_consumer.examples import stream_sum
 
 MiB = 1 << 20
 PLAYBACK_VOLUME, PLAYBACK_COMMIT, PLAYBACK_RUNS = 256 * MiB, 4 * MiB, 3
-TXN_ROWS, PLAIN_SECONDS, ROUNDS = 1000, 5.0, 3
+TXN_ROWS, PLAIN_SECONDS, ROUNDS = 1000, 5.0, int(os.environ.get("ROUNDS", 3))
 HANDOFF_ROUNDS = 3
 STORE_ROWS, STORE_ROW_BYTES = 76_000, 1024
 SPECS = """
@@ -95,6 +96,7 @@ children:
   - name: bench/sequential-2
   - name: bench/cold
 """
+STORE_OPTIONS: dict[str, Any] = json.loads(os.environ.get("STORE_OPTIONS", "{}"))
 PRAGMAS = ("locking_mode=EXCLUSIVE", "journal_mode=WAL", "synchronous=OFF",
            "cache_size=2000", "wal_autocheckpoint=10000")  # SQLiteStore's defaults
 CREATE_KV = "CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v BLOB NOT NULL)"
@@ -193,28 +195,32 @@ def sqlite_plain(path: Path, workload: str, txns: int, seconds: float = 0.0
 
 
 async def sqlite_recorded(client: JournalClient, journal: str, root: Path, workload: str,
-                          txns: int) -> tuple[float, int]:
-    """(seconds, log bytes) of `txns` transactions through SQLiteStore, pipelined as a
-    shard's runner does: a transaction's log append goes on while the next one runs,
-    and is awaited before the next commit starts."""
-    store = SQLiteStore((await take(client, journal, root, 0x20))[0])
+                          txns: int) -> tuple[float, int, int]:
+    """(seconds, log bytes, rewrites) of `txns` transactions through SQLiteStore, as a
+    shard's runner drives it: up to `commits_in_flight` commits' log appends go on while
+    the next transactions run, and a commit that ends in a rewrite is awaited before the
+    next transaction begins."""
+    store = SQLiteStore((await take(client, journal, root, 0x20))[0], **STORE_OPTIONS)
     await store.restore_checkpoint()
     store.db.execute(CREATE_KV)
     await store.start_commit(checkpoint(0), [])
     before = await client.write_head(journal)
     rng, pool, started = random.Random(3), value_pool(), time.perf_counter()
-    previous: asyncio.Future[None] | None = None
+    inflight: collections.deque[asyncio.Future[None]] = collections.deque()
     for t in range(txns):
         store.db.executemany(UPSERT, rows_of(rng, t, pool, workload))
-        if previous is not None:
-            await previous
-        previous = store.start_commit(checkpoint(t + 1), [])
+        while len(inflight) >= store.commits_in_flight:
+            await inflight.popleft()
+        inflight.append(store.start_commit(checkpoint(t + 1), []))
+        if not store.pipelined:
+            await inflight[-1]
         await asyncio.sleep(0)  # the runner yields here (reading the next messages)
-    if previous is not None:
-        await previous
+    for commit in inflight:
+        await commit
     elapsed = time.perf_counter() - started
+    rewrites = store.rewrites - 1  # (its creation's not counted)
     await store.close()
-    return elapsed, await client.write_head(journal) - before
+    return elapsed, await client.write_head(journal) - before, rewrites
 
 
 async def settle(client: JournalClient, journal: str, store: Path) -> None:
@@ -247,11 +253,11 @@ async def bench_overhead(client: JournalClient, workdir: Path, workload: str
                     f"{elapsed:.2f} s")
             else:
                 journal = f"bench/{workload}-{r}"
-                elapsed, logged = await sqlite_recorded(client, journal, folder, workload,
-                                                        txns)
+                elapsed, logged, rewrites = await sqlite_recorded(client, journal, folder,
+                                                                  workload, txns)
                 recorded.append(elapsed)
                 log(f"{workload} round {r}: recorded SQLite {txns} transactions in "
-                    f"{elapsed:.2f} s ({logged / MiB:.0f} MiB of log)")
+                    f"{elapsed:.2f} s ({logged / MiB:.0f} MiB of log, {rewrites} rewrites)")
                 await settle(client, journal, workdir / "store")
             await asyncio.to_thread(shutil.rmtree, folder)
     with_s, without_s = statistics.median(recorded), statistics.median(plain)

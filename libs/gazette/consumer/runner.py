@@ -10,18 +10,21 @@ Transactions then run one after another, each:
 - begins when a batch is ready; every message the Sequencer releases from it (committed,
   each once) goes to ``consume_message``;
 - takes more batches while they are ready at once, until ``max_txn_duration``; at a
-  stall it closes once ``min_txn_duration`` has passed and the previous commit is done
-  (so at low rates a transaction is one batch and latency stays low; at high rates it
+  stall it closes once ``min_txn_duration`` has passed and a commit may start (the
+  previous one is done, or fewer than the store's ``commits_in_flight`` are under way:
+  so at low rates a transaction is one batch and latency stays low; at high rates it
   grows to thousands of messages);
 - closes: ``finalize_txn``, then the checkpoint (offsets read through, producer states,
-  the ACK intents of what the transaction published) goes to the store's commit, which
-  first waits for the transaction's appends. The next transaction runs meanwhile
-  (pipelined), unless the store says its transactions read what the last one wrote
-  (``pipelined = False``, `SQLStore`'s default): the next one then begins once the
-  commit is done. Once the commit is done the ACKs are appended, and the next commit waits
-  for them (a checkpoint never drops intents whose ACKs are not yet written). What the
-  next transaction publishes meanwhile is held back and appended after those ACKs: an
-  ACK read after its producer's messages of larger clocks would roll them back.
+  the ACK intents of what the transaction published, and those of commits still under
+  way whose ACKs are not appended yet) goes to the store's commit, which first waits for
+  the transaction's appends. The next transaction runs meanwhile (pipelined), unless the
+  store says its transactions read what the last one wrote (``pipelined = False``,
+  `SQLStore`'s default, asked at each transaction): the next one then begins once the
+  commit is done. Up to the store's ``commits_in_flight`` commits (1 unless it says
+  more: `SQLiteStore` on its recovery log) are under way at once. Once a commit is done
+  (and the one before it, with its ACKs) its ACKs are appended. What the next
+  transaction publishes meanwhile is held back and appended after those ACKs: an ACK
+  read after its producer's messages of larger clocks would roll them back.
 
 A failed commit or ACK fails the run (the shard is marked failed by its owner); a
 transaction whose messages were consumed but not committed is consumed again after a
@@ -31,6 +34,7 @@ restart, from the store's last checkpoint: effects in the store happen exactly o
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import inspect
@@ -101,22 +105,24 @@ class SourceError(GazetteError):
 
 class _Appends:
     """The Publisher's append client: collects the appends of each transaction, for
-    its commit to wait on. While the last transaction commits, appends are held back
-    (`hold`), and go after its ACKs (`release`): in a journal, an ACK rolls back its
-    producer's pending messages of larger clocks, so the next transaction's messages
-    must not precede it."""
+    its commit to wait on. While a transaction commits, the appends of the next one are
+    held back (`hold`), and go after its ACKs (`release`): in a journal, an ACK rolls
+    back its producer's pending messages of larger clocks, so the next transaction's
+    messages must not precede it. With several commits under way, each holds its own
+    group: a release lets out the oldest group only."""
 
     def __init__(self, inner: AppendClient) -> None:
         self.inner = inner
         self.pending: list[asyncio.Future[Any]] = []
-        self._held: list[tuple[str, bytes, asyncio.Future[Any]]] | None = None
+        self._held: collections.deque[list[tuple[str, bytes, asyncio.Future[Any]]]] = \
+            collections.deque()
 
     def append(self, journal: str, data: bytes) -> asyncio.Future[Any]:
-        if self._held is None:
+        if not self._held:
             fut = self.inner.append(journal, data)
         else:
             fut = asyncio.get_running_loop().create_future()
-            self._held.append((journal, data, fut))
+            self._held[-1].append((journal, data, fut))
         self.pending.append(fut)
         return fut
 
@@ -125,20 +131,21 @@ class _Appends:
         return out
 
     def hold(self) -> None:
-        """Hold appends from now on, until `release`."""
-        self._held = self._held if self._held is not None else []
+        """Hold appends from now on, until the `release` that matches this hold."""
+        self._held.append([])
 
     def release(self) -> None:
-        """Append what was held, in order, and appends from now on at once."""
-        held, self._held = self._held or [], None
+        """Append what the oldest hold held, in order (and, if no hold is left,
+        appends from now on at once)."""
+        held = self._held.popleft() if self._held else []
         for journal, data, fut in held:
             self.inner.append(journal, data).add_done_callback(functools.partial(_settle, fut))
 
     def drop(self) -> None:
         """The run ends: what was held is never appended."""
-        held, self._held = self._held or [], None
-        for _, _, fut in held:
-            fut.cancel()
+        while self._held:
+            for _, _, fut in self._held.popleft():
+                fut.cancel()
 
 
 def _settle(fut: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
@@ -173,8 +180,10 @@ class ShardRunner:
         self._appends = _Appends(appender)
         self.shard = Shard(shard_spec, Publisher(self._appends))
         self._carry: Batch | None = None  # a batch taken while a transaction closed
-        #: The last transaction's commit and ACKs, owned here (cancelled with the run).
-        self._committing: asyncio.Future[None] | None = None
+        #: Commits (and their ACKs) under way, oldest first, owned here (cancelled with
+        #: the run); with the ACK intents of each, until its ACKs are appended.
+        self._commits: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._unacked: dict[asyncio.Future[None], list[AckIntent]] = {}
         #: Write head of each source journal, as its reads last saw it (for the lag).
         self._heads: dict[str, int] = {}
         #: Called once the store is restored and the sources found: processing starts.
@@ -241,9 +250,12 @@ class ShardRunner:
                     LAG_BYTES.remove(self.spec.id, journal)
             self._appends.drop()
             try:
-                if self._committing is not None and not self._committing.done():
-                    await cancel_and_wait(self._committing)
+                for fut in self._commits:
+                    if not fut.done():
+                        await cancel_and_wait(fut)
             finally:
+                self._commits.clear()
+                self._unacked.clear()
                 await store.close()
 
     async def _framing(self, journal: str) -> Framing:
@@ -311,16 +323,19 @@ class ShardRunner:
         replay = self._replay(framings)
         max_txn = self.spec.max_txn_duration.total_seconds()
         min_txn = self.spec.min_txn_duration.total_seconds()
-        pipelined = getattr(store, "pipelined", True)
-        previous: asyncio.Future[None] | None = None
+        limit = max(1, int(getattr(store, "commits_in_flight", 1)))
+        commits = self._commits
         commit: asyncio.Future[None] | None = None
         while True:
-            batch = await self._first(queue, previous)
+            batch = await self._first(queue)
             envelopes = await self._sequence(batch, sequencer, replay, offsets)
             if not envelopes:
                 continue  # nothing committed yet: no transaction (the offsets go with the next)
-            if not pipelined and commit is not None and not commit.done():
-                await asyncio.wait({commit})  # its reads must see the last commit's writes
+            # Asked each transaction: a store may need its last commit done first (its
+            # reads must see what it wrote, or it rewrites itself at that commit).
+            if not getattr(store, "pipelined", True) and commit is not None \
+                    and not commit.done():
+                await asyncio.wait({commit})
                 commit.result()  # a failed commit fails the run here
             started = loop.time()
             shard.txn = app.txn_state(shard)  # nothing of an abandoned transaction's
@@ -339,7 +354,8 @@ class ShardRunner:
                                      f"{env.begin}")
                         raise
                 count += len(envelopes)
-                item = await self._next(queue, previous, started + min_txn, started + max_txn)
+                gate = commits[0] if len(commits) >= limit else None
+                item = await self._next(queue, gate, started + min_txn, started + max_txn)
                 if item is None:
                     break
                 envelopes = await self._sequence(item, sequencer, replay, offsets)
@@ -349,36 +365,50 @@ class ShardRunner:
             TXN_MESSAGES.observe(count)
             MESSAGES.inc(count)
             intents = publisher.build_ack_intents()
+            # The intents of commits under way whose ACKs are not appended yet go into
+            # this checkpoint too (this transaction's override them per journal): were
+            # it durable and the process gone before those ACKs, a restore from it
+            # appends them.
+            owed = {i.journal: i for f in commits for i in self._unacked.get(f, ())}
+            owed.update((i.journal, i) for i in intents)
             checkpoint = Checkpoint.of(offsets, sequencer.producer_states(PRUNE_HORIZON),
-                                       intents)
-            if previous is not None:
-                await previous  # its commit and ACKs: a failure is raised here
+                                       list(owed.values()))
+            while len(commits) >= limit:
+                await commits.popleft()  # its commit and ACKs: a failure is raised here
+            while commits and commits[0].done():
+                commits.popleft().result()
             log.debug("shard %s: transaction of %d messages closes through %s", shard.id,
                       count, offsets)
             commit = store.start_commit(checkpoint, self._appends.take())
             self._appends.hold()  # until its ACKs are queued: see _Appends
             await _maybe(app.finished_txn(shard, store, commit))
-            previous = self._committing = asyncio.ensure_future(
-                self._committed(commit, intents, dict(offsets), count, closed))
+            done = asyncio.ensure_future(self._committed(
+                commit, intents, dict(offsets), count, closed,
+                commits[-1] if commits else None))
+            self._unacked[done] = intents
+            commits.append(done)
 
-    async def _first(self, queue: asyncio.Queue[Batch], previous: asyncio.Future[None] | None
-                     ) -> Batch:
-        """The next transaction's first batch. Meanwhile a failure of the commit under
+    async def _first(self, queue: asyncio.Queue[Batch]) -> Batch:
+        """The next transaction's first batch. Meanwhile a failure of a commit under
         way is raised: a shard left idle after a failed commit must not look healthy."""
         if self._carry is not None:
             batch, self._carry = self._carry, None
             return batch
-        if previous is None or previous.done():
-            if previous is not None:
-                previous.result()
+        for fut in self._commits:
+            if fut.done():
+                fut.result()
+        if not self._commits:
             return await queue.get()
         getter = asyncio.ensure_future(queue.get())
         try:
-            waits: set[asyncio.Future[Any]] = {getter, previous}
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if previous.done():
-                previous.result()  # raises a failed commit
-            return await getter
+            commits: set[asyncio.Future[Any]] = set(self._commits)
+            while not getter.done():
+                done, _ = await asyncio.wait({getter, *commits},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for fut in done & commits:
+                    fut.result()  # raises a failed commit
+                commits -= done
+            return getter.result()
         finally:
             getter.cancel()  # (a no-op once it is done)
 
@@ -396,7 +426,8 @@ class ShardRunner:
     async def _next(self, queue: asyncio.Queue[Batch], previous: asyncio.Future[None] | None,
                     min_at: float, max_at: float) -> Batch | None:
         """The next batch of the open transaction, or None to close it: at
-        `max_at`, or at a stall once `min_at` has passed and `previous` committed."""
+        `max_at`, or at a stall once `min_at` has passed and `previous` (the commit
+        whose end frees a place for this one's, if none is free) committed."""
         loop = asyncio.get_running_loop()
         getter: asyncio.Future[Batch] | None = None
         try:
@@ -427,10 +458,17 @@ class ShardRunner:
                     getter.cancel()
 
     async def _committed(self, commit: Awaitable[None], intents: list[AckIntent],
-                         offsets: dict[str, int], count: int, closed: float) -> None:
-        """Once `commit` is done: append the ACKs, count the transaction."""
+                         offsets: dict[str, int], count: int, closed: float,
+                         before: asyncio.Future[None] | None) -> None:
+        """Once `commit` is done, and the commit `before` it with its ACKs: append the
+        ACKs, count the transaction."""
         await commit
+        if before is not None:
+            await before
         await self._acknowledge(intents)
+        current = asyncio.current_task()
+        if current is not None:
+            self._unacked.pop(current, None)
         COMMIT_SECONDS.observe(asyncio.get_running_loop().time() - closed)
         self.shard.progress.record(offsets, count)
         for journal, offset in offsets.items():

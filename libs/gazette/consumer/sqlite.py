@@ -1,22 +1,39 @@
 """`SQLiteStore`: a shard's state in a SQLite database on the member's disk, made
 durable by the shard's recovery log.
 
-The database is opened through an `apsw` VFS that records every write and truncation
-of the database file and its write-ahead log, and every file it creates or deletes, into
-the shard's recovery log (`gazette.recoverylog.RecordedFolder`). A consumer transaction
-is one SQLite transaction (always open: the application runs its statements through
-`db` as messages arrive); its commit writes the checkpoint into the same SQLite
-transaction, commits it locally, and is durable once the log append holding those
-writes is acknowledged (after the transaction's own publishes: `wait_for`). A crash at
-any point leaves a log whose files are ones SQLite itself recovers from (the log replays
-a prefix of the writes, in order), and a new primary rebuilds the folder from the log.
+The database runs in WAL mode with exclusive locking and no local fsync (the log is
+what is durable), through SQLite's own file layer: no Python runs per page read or
+written. What the log holds is the database file as of its last *rewrite* and, after
+it, the write-ahead log's frames, each recorded once:
 
-Local fsyncs are skipped (the log is what is durable). The database runs in WAL mode
-with exclusive locking (no shared-memory file; one connection per store). Use `db` from
-the event loop's thread, or one worker thread at a time.
+- at each commit the WAL bytes SQLite appended (every frame up to the commit's, read
+  back from the local WAL file: SQLite's WAL hook says how many there are) are
+  recorded as one write;
+- SQLite never checkpoints on its own (the WAL hook replaces its auto-checkpoints, and
+  closing does not checkpoint), so the database file does not change between rewrites
+  and no page is recorded twice;
+- a *rewrite* (at the store's creation, and once the WAL recorded since the last one
+  outgrows `rewrite_factor` times the database) checkpoints the WAL into the database
+  locally, records the database whole as a new file renamed over the old one, and
+  starts a new, empty WAL file: every older segment of the log is then dead, so hints
+  taken after it skip them and `gazctl shards prune` frees them. The rewrite is a pause
+  of the shard (the next transaction waits for it): about a second per GiB here.
 
-A key/value engine with a pluggable file layer (RocksDB's Env, LMDB's is not) is added
-the same way: route its file writes through `RecordedFolder`.
+A played folder is therefore a database file and a WAL of whole transactions, which
+SQLite opens as it would after a crash. A consumer transaction is one SQLite
+transaction (always open: the application runs its statements through `db` as messages
+arrive); its commit writes the checkpoint into the same SQLite transaction, commits it
+locally, seals its WAL frames as the recorder's next commit at once, and is durable once
+their log append (after the transaction's own publishes: `wait_for`) is acknowledged.
+Several commits may be under way (`commits_in_flight`): their appends land in order at
+the offsets they expect, or fail.
+
+Use `db` from the event loop's thread, or one worker thread at a time. Do not run
+``PRAGMA wal_checkpoint`` or change the journal mode: the store checks at each commit
+that the database file is as the log has it, and fails the shard if not.
+
+A key/value engine with a pluggable file layer (RocksDB's Env) is added the other way:
+route its file writes through `RecordedFolder`.
 
 The checkpoint table::
 
@@ -27,9 +44,10 @@ The checkpoint table::
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
+import struct
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import Any
 
 import apsw
@@ -38,85 +56,58 @@ from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
+from gazette.recoverylog.recorder import Sealed
 
-#: The files of a database that are recorded: the database, its rollback journal, its
-#: WAL (temporary files and statement journals are not: they never outlive a session).
-_RECORDED = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_MAIN_JOURNAL | apsw.SQLITE_OPEN_WAL
-_names = itertools.count(1)
-
-
-class _RecordedFile(apsw.VFSFile):
-    def __init__(self, vfs: _RecordingVFS, name: Any, flags: list[int]) -> None:
-        super().__init__("", name, flags)
-        self.recorded = vfs.folder
-        self.fnode = vfs.fnode_of(name, flags[0])
-
-    def xWrite(self, data: Any, offset: int) -> None:
-        super().xWrite(data, offset)
-        if self.fnode:
-            self.recorded.recorder.write(self.fnode, offset, data)
-
-    def xTruncate(self, newsize: int) -> None:
-        super().xTruncate(newsize)
-        if self.fnode:
-            self.recorded.recorder.truncate(self.fnode, newsize)
-
-    def xSync(self, flags: int) -> None:
-        """The recovery log is what is durable: no local fsync."""
+#: The WAL's header, and each frame's header (before its page), in bytes.
+WAL_HEADER, FRAME_HEADER = 32, 24
+#: Database bytes read and recorded per write while a rewrite records the database.
+REWRITE_CHUNK = 4 << 20
+#: Rewrite chunks appended at once (each waits for the one before to be sent).
+REWRITE_IN_FLIGHT = 4
 
 
-class _RecordingVFS(apsw.VFS):
-    """The default VFS, with the database's files recorded into `folder`."""
-
-    def __init__(self, folder: RecordedFolder) -> None:
-        self.folder = folder
-        self.root = os.path.realpath(folder.root)
-        self.vfs_name = f"gazette-recorded-{next(_names)}"
-        super().__init__(self.vfs_name, base="")
-
-    def _relative(self, name: Any) -> str | None:
-        if name is None:
-            return None
-        path = os.path.realpath(name.filename() if isinstance(name, apsw.URIFilename)
-                                else str(name))
-        rel = os.path.relpath(path, self.root)
-        return None if rel.startswith("..") else rel
-
-    def fnode_of(self, name: Any, flags: int) -> int:
-        """The fnode of a file SQLite opens (0: not recorded); its creation recorded."""
-        rel = self._relative(name) if flags & _RECORDED else None
-        if rel is None:
-            return 0
-        recorder = self.folder.recorder
-        with recorder.lock:
-            fnode = recorder.fnode(rel)
-            return fnode if fnode is not None else recorder.create(rel)
-
-    def xOpen(self, name: Any, flags: list[int]) -> _RecordedFile:
-        return _RecordedFile(self, name, flags)
-
-    def xDelete(self, filename: str, syncdir: bool) -> None:
-        super().xDelete(filename, syncdir)
-        rel = self._relative(filename)
-        if rel is not None and self.folder.recorder.fnode(rel) is not None:
-            self.folder.recorder.unlink(rel)
+class StoreChanged(GazetteError):
+    """The database file changed outside a rewrite (a checkpoint the store did not
+    run): the log no longer describes it."""
 
 
 class SQLiteStore:
     """The database `name` in the shard's recorded folder (`Shard.folder`)."""
 
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
-                 cache_pages: int = 2000, checkpoint_pages: int = 10_000) -> None:
-        """`checkpoint_pages`: the WAL's size (in pages) at which SQLite copies it into
-        the database (`wal_autocheckpoint`). Both copies are recorded: checkpointing
-        seldom copies a page changed by many transactions once, not once each."""
+                 cache_pages: int = 2000, page_size: int = 4096,
+                 rewrite_factor: float = 1.5, rewrite_min_bytes: int = 64 << 20,
+                 commits_in_flight: int = 4) -> None:
+        """`page_size` applies to a new database (an existing one keeps its own): the
+        smaller the pages, the fewer bytes a scattered update records (1024 records a
+        quarter of 4096's for single-row updates, and is as fast here; rows larger than
+        about a page then spill to overflow pages). A rewrite comes once the WAL
+        recorded since the last one is over `rewrite_factor` times the database and
+        `rewrite_min_bytes`: a log (after prune) holds about 1 + `rewrite_factor` times
+        the database. `commits_in_flight`: how many commits' log appends may be under
+        way at once."""
         if folder is None:
             raise GazetteError("SQLiteStore needs the shard's recovery log: give the "
                                "shard a recovery_log_prefix (and a hint_prefix)")
+        if page_size not in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
+            raise GazetteError(f"SQLiteStore: page_size {page_size} is not a power of "
+                               "two from 512 to 65536")
+        if rewrite_factor <= 0 or commits_in_flight < 1:
+            raise GazetteError("SQLiteStore: rewrite_factor must be positive and "
+                               "commits_in_flight at least 1")
         self.folder, self.name, self.cache_pages = folder, name, cache_pages
-        self.checkpoint_pages = checkpoint_pages
-        self._vfs: _RecordingVFS | None = None
+        self.page_size, self.rewrite_factor = page_size, rewrite_factor
+        self.rewrite_min_bytes = rewrite_min_bytes
+        self.commits_in_flight = commits_in_flight
+        self.rewrites = 0  # rewrites this store made (its creation's included)
         self._db: apsw.Connection | None = None
+        self._wal_fd = -1
+        self._frames = 0  # WAL frames SQLite holds, as its WAL hook last said
+        self._frame_bytes = 0  # FRAME_HEADER + the database's page size
+        self._wal_end = 0  # WAL bytes recorded
+        self._since_rewrite = 0  # WAL bytes recorded since the last rewrite
+        self._db_stat: tuple[int, int] = (0, 0)
+        self._rewrite_due = False
 
     @property
     def db(self) -> apsw.Connection:
@@ -125,47 +116,221 @@ class SQLiteStore:
             raise RuntimeError("SQLiteStore: restore_checkpoint() first")
         return self._db
 
+    @property
+    def pipelined(self) -> bool:
+        """False while a commit ends in a rewrite: the next transaction must wait."""
+        return not self._rewrite_due
+
+    @property
+    def path(self) -> Path:
+        return self.folder.path(self.name)
+
+    @property
+    def _wal(self) -> str:
+        return self.name + "-wal"
+
     async def restore_checkpoint(self) -> Checkpoint:
         """Open the database (as played from the log), make the checkpoint table if
         missing, and return the checkpoint; a transaction is open from here on."""
-        self._vfs = _RecordingVFS(self.folder)
-        db = self._db = apsw.Connection(str(self.folder.path(self.name)),
-                                        vfs=self._vfs.vfs_name)
+        rewrite, row = self._open()
+        if rewrite:
+            await self._rewrite()
+        else:
+            await self.folder.commit()
+        self.db.execute("BEGIN")
+        return Checkpoint.decode(bytes(row[0])) if row else Checkpoint()
+
+    def _open(self) -> tuple[bool, Any]:
+        """Open the database; (whether it must be rewritten first, the checkpoint row)."""
+        folder, path = self.folder, self.path
+        for leftover in (self.name + ".rewrite",):  # a rewrite cut short
+            if folder.exists(leftover):
+                folder.recorder.unlink(leftover)
+        fresh = not folder.exists(self.name)
+        if fresh:  # nothing of a database the log does not hold
+            for suffix in ("", "-wal", "-journal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        db = self._db = apsw.Connection(str(path))
         db.setbusytimeout(0)
-        for pragma in ("locking_mode=EXCLUSIVE", "journal_mode=WAL", "synchronous=OFF",
-                       f"cache_size={int(self.cache_pages)}",
-                       f"wal_autocheckpoint={int(self.checkpoint_pages)}"):
+        db.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        pragmas = [f"page_size={int(self.page_size)}"] if fresh else []
+        for pragma in (*pragmas, "locking_mode=EXCLUSIVE", "journal_mode=WAL",
+                       "synchronous=OFF", f"cache_size={int(self.cache_pages)}",
+                       "wal_autocheckpoint=0"):
             db.execute(f"PRAGMA {pragma}")
+        self._frame_bytes = FRAME_HEADER + _one(db, "PRAGMA page_size")
+        db.set_wal_hook(self._on_wal)
+        rewrite = fresh or not folder.exists(self._wal) or not self._clean_wal()
+        if not rewrite:
+            self._wal_end = os.path.getsize(self._wal_path)
+            self._frames = (self._wal_end - WAL_HEADER) // self._frame_bytes \
+                if self._wal_end else 0
         db.execute("CREATE TABLE IF NOT EXISTS gazette_checkpoint (id INTEGER PRIMARY "
                    "KEY CHECK (id = 0), checkpoint BLOB NOT NULL)")
         row = db.execute("SELECT checkpoint FROM gazette_checkpoint").fetchone()
-        await self.folder.commit()
-        db.execute("BEGIN")
-        return Checkpoint.decode(bytes(row[0])) if row else Checkpoint()
+        if not rewrite:
+            self._open_wal()
+            self._db_stat = self._stat()
+            self._record_wal()
+        return rewrite, row
 
     def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
                      ) -> asyncio.Future[None]:
-        """Commit the open transaction with `checkpoint` locally at once (the next one
-        begins), durable once its log append (after `wait_for`) is acknowledged."""
+        """Commit the open transaction with `checkpoint` locally at once and seal its
+        WAL frames as the recorder's next commit (the next transaction begins, unless a
+        rewrite is due: then once it is done); durable once their log append (after
+        `wait_for`) is acknowledged."""
         db = self.db
         db.execute("INSERT OR REPLACE INTO gazette_checkpoint VALUES (0, ?)",
                    (checkpoint.encode(),))
         db.execute("COMMIT")
-        db.execute("BEGIN")
+        self._check_db()
+        self._record_wal()
+        sealed = self.folder.recorder.seal(hints=True)
+        self._rewrite_due = self._since_rewrite > max(
+            self.rewrite_min_bytes, self.rewrite_factor * self._db_bytes())
+        if not self._rewrite_due:
+            db.execute("BEGIN")
+            return asyncio.ensure_future(self._land(sealed, wait_for))
+        return asyncio.ensure_future(self._land_and_rewrite(sealed, wait_for))
 
-        async def commit() -> None:
-            await _after(wait_for)
-            await self.folder.commit()
+    async def _land(self, sealed: Sealed, wait_for: Sequence[Awaitable[Any]]) -> None:
+        await _after(wait_for)
+        await self.folder.land(sealed)
 
-        return asyncio.ensure_future(commit())
+    async def _land_and_rewrite(self, sealed: Sealed, wait_for: Sequence[Awaitable[Any]]
+                                ) -> None:
+        try:
+            landing = asyncio.ensure_future(self._land(sealed, wait_for))
+            try:
+                await self._rewrite()
+            finally:
+                await landing
+            self.db.execute("BEGIN")
+        finally:
+            self._rewrite_due = False
 
     async def close(self) -> None:
-        """Close, without committing the open transaction (nothing more is recorded:
-        closing may checkpoint the WAL, which the next primary replays for itself)."""
+        """Close, without committing the open transaction (nothing more is recorded;
+        closing does not checkpoint)."""
         db, self._db = self._db, None
         if db is not None:
             self.folder.recorder.detach()
+            db.set_wal_hook(None)
             db.close(True)
-        if self._vfs is not None:
-            self._vfs.unregister()
-            self._vfs = None
+        if self._wal_fd >= 0:
+            os.close(self._wal_fd)
+            self._wal_fd = -1
+
+    # -- recording the WAL --
+
+    @property
+    def _wal_path(self) -> str:
+        return str(self.path) + "-wal"
+
+    def _on_wal(self, _db: apsw.Connection, _name: str, frames: int) -> int:
+        self._frames = frames
+        return apsw.SQLITE_OK
+
+    def _open_wal(self) -> None:
+        if self._wal_fd < 0:
+            self._wal_fd = os.open(self._wal_path, os.O_RDONLY | os.O_CREAT, 0o644)
+
+    def _record_wal(self) -> None:
+        """Record the WAL bytes SQLite committed since the last time (whole frames,
+        through its last commit)."""
+        end = WAL_HEADER + self._frames * self._frame_bytes if self._frames else 0
+        if end < self._wal_end:
+            raise StoreChanged(f"{self.path}: SQLite restarted its WAL outside a rewrite "
+                               "(was it checkpointed by the application?)")
+        recorder = self.folder.recorder
+        fnode = recorder.fnode(self._wal)
+        assert fnode is not None
+        start = self._wal_end
+        while start < end:
+            data = os.pread(self._wal_fd, min(end - start, REWRITE_CHUNK), start)
+            if not data:
+                raise StoreChanged(f"{self._wal_path} is shorter than SQLite says")
+            recorder.write(fnode, start, data)
+            start += len(data)
+        self._since_rewrite += end - self._wal_end
+        self._wal_end = end
+
+    def _clean_wal(self) -> bool:
+        """Whether the played WAL is whole frames through a commit frame of its own
+        generation (as this store records it; a log recorded otherwise is rewritten)."""
+        try:
+            size = os.path.getsize(self._wal_path)
+        except FileNotFoundError:
+            return False
+        if size == 0:
+            return True
+        if size < WAL_HEADER + self._frame_bytes or \
+                (size - WAL_HEADER) % self._frame_bytes:
+            return False
+        with open(self._wal_path, "rb") as wal:
+            header = wal.read(WAL_HEADER)
+            wal.seek(size - self._frame_bytes)
+            frame = wal.read(FRAME_HEADER)
+        _page, commit_size, salt1, salt2 = struct.unpack(">IIII", frame[:16])
+        return commit_size != 0 and header[16:24] == struct.pack(">II", salt1, salt2)
+
+    def _db_bytes(self) -> int:
+        return _one(self.db, "PRAGMA page_count") * (self._frame_bytes - FRAME_HEADER)
+
+    def _stat(self) -> tuple[int, int]:
+        st = os.stat(self.path)
+        return st.st_size, st.st_mtime_ns
+
+    def _check_db(self) -> None:
+        if self._stat() != self._db_stat:
+            raise StoreChanged(f"{self.path} changed outside a rewrite (a checkpoint the "
+                               "store did not run): the recovery log no longer holds it")
+
+    # -- rewriting --
+
+    async def _rewrite(self) -> None:
+        """Checkpoint the WAL into the database locally, record the database whole as
+        a new file renamed over the old one, and start a new WAL file: the log's older
+        segments are dead from here."""
+        db, folder, recorder = self.db, self.folder, self.folder.recorder
+        db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        self._open_wal()
+        if os.fstat(self._wal_fd).st_size:
+            raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
+        tmp = self.name + ".rewrite"
+        fnode = recorder.create(tmp)
+        landing: list[asyncio.Future[Any]] = []
+        try:
+            image = os.open(self.path, os.O_RDONLY)
+            try:
+                size, offset = os.fstat(image).st_size, 0
+                while offset < size:
+                    data = await asyncio.to_thread(os.pread, image, REWRITE_CHUNK, offset)
+                    recorder.write(fnode, offset, data)
+                    offset += len(data)
+                    landing.append(asyncio.ensure_future(folder.land(recorder.seal())))
+                    if len(landing) >= REWRITE_IN_FLIGHT:
+                        await landing.pop(0)
+            finally:
+                os.close(image)
+            recorder.rename(tmp, self.name)
+            if folder.exists(self._wal):
+                recorder.unlink(self._wal)
+            recorder.create(self._wal)
+            self._frames = self._wal_end = self._since_rewrite = 0
+            self._db_stat = self._stat()
+            landing.append(asyncio.ensure_future(folder.land(recorder.seal(hints=True))))
+        finally:
+            for fut in landing:
+                if not fut.done():
+                    await asyncio.wait([fut])
+            for fut in landing:
+                fut.result()  # the first failure is raised
+        self.rewrites += 1
+
+
+def _one(db: apsw.Connection, query: str) -> int:
+    row = db.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])

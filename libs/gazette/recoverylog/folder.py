@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from gazette.errors import ValidationError
 from gazette.recoverylog.fsm import Hints
-from gazette.recoverylog.recorder import Recorder
+from gazette.recoverylog.recorder import Recorder, Sealed
 
 
 def _relative(name: str) -> str:
@@ -119,6 +119,11 @@ class RecordedFolder:
 
     async def commit(self) -> None:
         """Make what was recorded so far durable (`Recorder.commit`)."""
-        hints = await self.recorder.commit(hints=True)
-        if hints is not None:
+        await self.land(self.recorder.seal(hints=True))
+
+    async def land(self, sealed: Sealed) -> None:
+        """Make a sealed commit durable (`Recorder.land`); its hints, if it has them,
+        become the folder's."""
+        hints = await self.recorder.land(sealed)
+        if hints is not None and (self.hints is None or hints.through >= self.hints.through):
             self.hints = hints

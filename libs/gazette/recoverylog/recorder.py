@@ -12,8 +12,10 @@ commit is durable only once `commit()` returns.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -36,6 +38,10 @@ RECORDED_OPS = Counter("gazette_recoverylog_recorded_ops_total",
 
 #: The most bytes one write operation grows to by extension.
 MAX_MERGED_WRITE = 4 << 20
+#: Appends of sealed commits under way at once (more wait, and go merged).
+APPENDS_IN_FLIGHT = 2
+#: The most bytes of sealed commits merged into one append.
+MAX_MERGED_APPEND = 16 << 20
 
 
 class RecorderFenced(GazetteError):
@@ -44,6 +50,26 @@ class RecorderFenced(GazetteError):
 
 def fence(author: int) -> LabelSet:
     return LabelSet([(AUTHOR_LABEL, f"{author:08x}")])
+
+
+class Sealed:
+    """A commit taken from the recorder (`Recorder.seal`): its frames, where they land,
+    and the hints of the log as it leaves it."""
+
+    __slots__ = ("data", "hints", "landed", "offset", "ops", "ready")
+
+    def __init__(self, data: bytearray, ops: int, offset: int, hints: Hints | None
+                 ) -> None:
+        self.data, self.ops, self.offset, self.hints = data, ops, offset, hints
+        self.ready = False  # `land` was called: it may be sent
+        self.landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.landed.add_done_callback(_retrieved)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """(A commit nobody waits for any more may fail unseen: its recorder is failed.)"""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class Recorder:
@@ -57,8 +83,10 @@ class Recorder:
         self.head = head  # the write head: where the next commit lands
         self._pending = bytearray()  # recorded, not yet being committed
         self._ops = 0
-        self._inflight = 0  # bytes of the commit under way (they land at `head`)
-        self._committing = asyncio.Lock()
+        self._inflight = 0  # bytes of sealed commits under way (they land at `head`)
+        self._unsent: collections.deque[Sealed] = collections.deque()  # sealed, in order
+        self._sends: set[asyncio.Future[None]] = set()  # appends under way
+        self._last_send: asyncio.Future[None] | None = None  # the last one's outcome
         #: Held while recording and while a commit takes the buffer: a store's engine
         #: may record from a worker thread.
         self.lock = threading.RLock()
@@ -176,46 +204,119 @@ class Recorder:
 
     # -- committing --
 
+    def seal(self, *, hints: bool = False) -> Sealed:
+        """Take what was recorded so far as the next commit (what is recorded from now
+        on goes after it). Sealing is synchronous, so a store seals exactly its
+        transaction's operations at its commit; `land` appends them later. Several
+        sealed commits may be under way: they land in the order they were sealed (up
+        to `APPENDS_IN_FLIGHT` appends at once, at the offsets they expect; sealed
+        commits ready meanwhile go together as one append). With `hints`, the sealed
+        commit carries the hints of the log as it leaves it."""
+        with self.lock:
+            self._raise_failed()
+            self._close_write()
+            data, ops = self._pending, self._ops
+            self._pending, self._ops = bytearray(), 0
+            sealed = Sealed(data, ops, self.head + self._inflight,
+                            self.fsm.hints(self.log) if hints else None)
+            self._inflight += len(data)
+            self._unsent.append(sealed)
+        return sealed
+
+    async def land(self, sealed: Sealed) -> Hints | None:
+        """Append `sealed` (once every commit sealed before it may go too), and return
+        once it and every earlier one landed; raises `RecorderFenced` if the log was
+        taken over, and any failure leaves the recorder failed (the store must be played
+        again from the log). Returns the sealed hints."""
+        sealed.ready = True
+        self._pump()
+        try:
+            await asyncio.shield(sealed.landed)
+        except GazetteError as err:
+            status = getattr(err, "status", "")
+            if status in (Status.REGISTER_MISMATCH, Status.WRONG_APPEND_OFFSET):
+                raise RecorderFenced(f"recovery log {self.log} was taken over by "
+                                     f"another writer ({status}): this one is fenced "
+                                     "out") from err
+            raise
+        return sealed.hints
+
     async def commit(self, *, hints: bool = False) -> Hints | None:
-        """Append what was recorded since the last commit (one append, at the expected
-        head, only while the log is this recorder's); raises `RecorderFenced` if it
-        was refused, and any failure leaves the recorder failed (the store must be
-        played again from the log). With `hints`, returns the hints of the log as
-        this commit leaves it (what is recorded meanwhile is not in them)."""
-        async with self._committing:  # one at a time, in the order they were asked
-            if self.failed is not None:
-                raise RecorderFenced(f"recovery log {self.log}: no longer recording "
-                                     f"({self.failed})")
-            if not self._pending and self._open is None:
-                return self.fsm.hints(self.log) if hints else None
-            # What is recorded from now on (the next transaction, while this one
-            # commits) goes to a new buffer, after this one.
-            with self.lock:
-                self._close_write()
-                data, ops = self._pending, self._ops
-                self._pending, self._ops = bytearray(), 0
-                self._inflight = len(data)
-                snapshot = self.fsm.hints(self.log) if hints else None
-            try:
-                result = await self.client.append(self.log, data, offset=self.head,
+        """Seal what was recorded so far and land it (`seal`, `land`)."""
+        return await self.land(self.seal(hints=hints))
+
+    def _raise_failed(self) -> None:
+        if self.failed is not None:
+            raise RecorderFenced(f"recovery log {self.log}: no longer recording "
+                                 f"({self.failed})")
+
+    def _pump(self) -> None:
+        """Send what may go: the ready sealed commits at the front, merged."""
+        unsent = self._unsent
+        if self.failed is not None:
+            while unsent:
+                sealed = unsent.popleft()
+                if not sealed.landed.done():
+                    sealed.landed.set_exception(RecorderFenced(
+                        f"recovery log {self.log}: no longer recording ({self.failed})"))
+            return
+        while unsent and unsent[0].ready and len(self._sends) < APPENDS_IN_FLIGHT:
+            batch = [unsent.popleft()]
+            size = len(batch[0].data)
+            while unsent and unsent[0].ready and size + len(unsent[0].data) <= MAX_MERGED_APPEND:
+                size += len(unsent[0].data)
+                batch.append(unsent.popleft())
+            before, self._last_send = self._last_send, \
+                asyncio.get_running_loop().create_future()
+            self._last_send.add_done_callback(_retrieved)
+            task = asyncio.ensure_future(self._send(batch, before, self._last_send))
+            self._sends.add(task)
+            task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Future[None]) -> None:
+        self._sends.discard(task)
+        self._pump()
+
+    async def _send(self, batch: list[Sealed], before: asyncio.Future[None] | None,
+                    done: asyncio.Future[None]) -> None:
+        offset = batch[0].offset
+        data = batch[0].data if len(batch) == 1 else b"".join(s.data for s in batch)
+        try:
+            result = None
+            if data:
+                result = await self.client.append(self.log, data, offset=offset,
                                                   check_registers=self._check)
-            except BaseException as err:
-                self.failed = err
-                status = getattr(err, "status", "")
-                if status in (Status.REGISTER_MISMATCH, Status.WRONG_APPEND_OFFSET):
-                    raise RecorderFenced(f"recovery log {self.log} was taken over by "
-                                         f"another writer ({status}): this one is fenced "
-                                         "out") from err
+            if before is not None:
+                await before  # (landing in order, the results come back in any)
+            if result is not None and result.commit.begin != offset:
+                raise GazetteError(f"recovery log {self.log}: commit at "
+                                   f"{result.commit.begin}, not {offset}")
+        except BaseException as err:
+            failure: BaseException = err
+            if isinstance(err, asyncio.CancelledError):
+                failure = RecorderFenced(f"recovery log {self.log}: an append was "
+                                         "cancelled")
+            self.failed = self.failed or failure
+            for sealed in batch:
+                if not sealed.landed.done():
+                    sealed.landed.set_exception(failure)
+            done.set_exception(failure)
+            me = asyncio.current_task()
+            for task in self._sends:  # what follows cannot land: stop waiting for it
+                if task is not me:
+                    task.cancel()
+            self._pump()
+            if not isinstance(err, Exception):
                 raise
-            if result.commit.begin != self.head:  # the broker broke its contract
-                self.failed = GazetteError(f"commit at {result.commit.begin}, not "
-                                           f"{self.head}")
-                raise self.failed
-            with self.lock:
-                self.head, self._inflight = result.commit.end, 0
-            RECORDED_BYTES.inc(len(data))
-            RECORDED_OPS.inc(ops)
-            return snapshot
+            return
+        with self.lock:
+            self.head = offset + len(data)
+            self._inflight -= len(data)
+        RECORDED_BYTES.inc(len(data))
+        RECORDED_OPS.inc(sum(s.ops for s in batch))
+        for sealed in batch:
+            sealed.landed.set_result(None)
+        done.set_result(None)
 
     def hints(self) -> Hints:
         """Hints of what is committed (call between commits)."""

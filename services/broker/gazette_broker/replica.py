@@ -41,7 +41,7 @@ from prometheus_client import Counter
 
 from gazette.client import AppendResult, ReadChunk
 from gazette.cluster import Resolution
-from gazette.fragment import Fragment, JournalIndex, Spool, ThreadedSha1
+from gazette.fragment import Fragment, JournalClosed, JournalIndex, Spool, ThreadedSha1
 from gazette.fragment.store import StoreError
 from gazette.labels import LabelSet, Selector
 from gazette.pb import broker_pb2 as pb
@@ -72,6 +72,10 @@ SYNC_FAILURES = Counter("gazette_broker_sync_failures_total",
 
 #: How long an append waits for its store to get under the broker's byte budget.
 ROOM_WAIT_SECONDS = 10.0
+#: How long an append at an offset ahead of the write head waits for the head to get
+#: there (a writer pipelining appends at expected offsets: one may arrive before the
+#: one it follows) before it is refused WRONG_APPEND_OFFSET.
+AHEAD_WAIT_SECONDS = 10.0
 #: A primary whose pipeline could not be synced tries again after this long at first.
 SYNC_RETRY_SECONDS, SYNC_RETRY_MAX = 0.5, 5.0
 
@@ -241,6 +245,8 @@ class Replica:
         if not self.spec.flags.may_write:
             raise AppendError(Status.NOT_ALLOWED, f"{name} is read-only (O_RDONLY)")
         await self._check_room()
+        if offset is not None and offset > state.write_head:
+            await self._wait_for_head(offset)
         async with state.lock:
             if state.closed:
                 raise AppendError(Status.NOT_JOURNAL_PRIMARY_BROKER,
@@ -304,6 +310,25 @@ class Replica:
             if first:
                 state.reschedule.set()  # the flush interval runs from now
             return AppendResult(Fragment(name, begin, begin + size, digest), registers)
+
+    async def _wait_for_head(self, offset: int) -> None:
+        """Until the write head reaches `offset` (the appends before it, pipelined by
+        the same writer, landed), or `AHEAD_WAIT_SECONDS`: the offset is checked under
+        the lock either way."""
+        state = self.state
+        deadline = time.monotonic() + AHEAD_WAIT_SECONDS
+        while state.write_head < offset and not state.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            head = state.write_head
+            try:
+                if state.index.end_offset > head:  # (not a signal of the head's moves)
+                    await state.index.wait_changed(min(left, 0.05))
+                else:
+                    await state.index.wait_for(head, timeout=left)
+            except (TimeoutError, JournalClosed):
+                return
 
     async def _throttle(self, n: int) -> None:
         """Hold the append to the spec's max_append_rate (bytes per second)."""

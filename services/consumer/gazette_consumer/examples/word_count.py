@@ -175,12 +175,26 @@ async def publish(client: JournalClient, lines: Sequence[str]) -> int:
 
 async def query(address: str, word: str, timeout: float = 10.0) -> dict[str, Any]:
     """Ask any member of the application for `word`'s count (over TLS when `address`
-    is https://, with the system's CAs)."""
+    is https://, with the system's CAs). A shard between primaries (starting, or
+    handed to another member) answers UNAVAILABLE: asked again, with backoff, until
+    `timeout`."""
     auth = auth_for(address, PLAIN)
+    deadline = asyncio.get_running_loop().time() + timeout
+    backoff = 0.05
     async with open_channel(parse_address(address), [], auth) as channel:
         call = channel.unary_unary(COUNT_PATH, request_serializer=None,
                                    response_deserializer=None)
-        answer = await call(json.dumps({"word": word}).encode(), timeout=timeout)
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                answer = await call(json.dumps({"word": word}).encode(),
+                                    timeout=max(left, 0.01))
+                break
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE or left <= backoff:
+                    raise
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
     result: dict[str, Any] = json.loads(answer)
     return result
 
