@@ -54,6 +54,55 @@ async def test_effects_and_outputs_exactly_once_across_crashes(
     assert await committed_outputs(sums_client) == expected
 
 
+class PipelinedStore(MemoryStore):
+    """Commits that take a while, several under way at once, landing in order (as
+    `SQLiteStore`'s on its recovery log)."""
+
+    commits_in_flight = 3
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__()
+        self.rng = rng
+        self.most_under_way = 0
+        self._under_way: list[asyncio.Future[None]] = []
+
+    async def restore_checkpoint(self) -> Any:
+        self._under_way = []  # (a crashed run's commits are gone with it)
+        return await super().restore_checkpoint()
+
+    def start_commit(self, checkpoint: Any, wait_for: Any) -> asyncio.Future[None]:
+        snapshot, before = dict(self.state), list(self._under_way)
+
+        async def commit() -> None:
+            await asyncio.gather(*wait_for)
+            await asyncio.sleep(self.rng.uniform(0, 0.02))
+            for earlier in before:
+                await earlier
+            self.committed, self.checkpoint = snapshot, checkpoint
+            self.commits += 1
+
+        fut = asyncio.ensure_future(commit())
+        self._under_way = [f for f in self._under_way if not f.done()] + [fut]
+        self.most_under_way = max(self.most_under_way, len(self._under_way))
+        return fut
+
+
+async def test_exactly_once_with_several_commits_under_way(
+        sums_client: JournalClient) -> None:
+    # The checkpoint of a transaction carries the ACK intents of the commits still
+    # under way before it, and each one's held appends go after its own ACKs: crashes
+    # at any point leave effects and outputs exactly once.
+    rng = random.Random(11)
+    store = PipelinedStore(rng)
+    async with AppendQueue(sums_client) as out:
+        expected = await crash_runs(sums_client, out, lambda: Sums(store), rng, 4)
+        await run_until(ShardRunner(spec(), Sums(store), sums_client, out), sums_client)
+        await out.flush()
+    assert store.committed == expected
+    assert await committed_outputs(sums_client) == expected
+    assert store.most_under_way > 1
+
+
 async def test_a_transaction_abandoned_by_a_failed_read_leaves_nothing_to_the_next(
         broker_server: BrokerServer, sums_client: JournalClient) -> None:
     """`shard.txn` is the transaction's own: one application object runs the shard

@@ -1,7 +1,10 @@
 """Stores on a recovery log, against a real broker: a SQLite database and a JSON file
 written through their recorded folders are rebuilt from the log by a player, byte for
 byte, with their checkpoints; a crash between a local commit and its log append loses
-only that transaction; a successor fences the old store's commits out."""
+only that transaction; a successor fences the old store's commits out. SQLite: a rewrite
+leaves every older segment of the log dead; commits under way at once land in order; a
+checkpoint the store did not run fails it; a log recorded page by page (before the WAL
+was recorded whole) is rewritten at its first open."""
 
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ children:
   - name: stores/json
   - name: stores/crash
   - name: stores/fence
+  - name: stores/rewrite
+  - name: stores/pipelined
+  - name: stores/foreign
+  - name: stores/legacy
 """
 
 
@@ -158,3 +165,112 @@ async def test_a_successor_fences_the_old_store_out(
     assert await check.restore_checkpoint() == checkpoint(3)
     assert check.db.execute("SELECT count(*) FROM kv WHERE v = 'zombie'").fetchone() == (0,)
     await check.close()
+
+
+async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
+        client: JournalClient, tmp_path: Path) -> None:
+    folder = await take(client, "stores/rewrite", tmp_path / "primary", 0x91)
+    store = SQLiteStore(folder, page_size=1024, rewrite_factor=0.5,
+                        rewrite_min_bytes=64 << 10)
+    await store.restore_checkpoint()
+    first_hints = folder.hints
+    assert first_hints is not None and store.rewrites == 1  # the creation's
+    await sqlite_history(store, random.Random(10), 40)
+    assert store.rewrites > 2
+    await folder.recorder.commit()
+    hints = folder.hints
+    assert hints is not None
+    want_rows = rows(store.db)
+    # Hints now start after the log's first half: a player skips all of it.
+    start = min(seg.first_offset for segs in hints.live_nodes.values() for seg in segs)
+    head = await client.write_head("stores/rewrite")
+    assert start > head // 4, (start, head)
+    # What a player makes from the hints and from the log's start is the primary's
+    # folder (the database as rewritten, the WAL since), and a sound database.
+    want = digest(tmp_path / "primary")
+    for name, given in (("from-hints", hints), ("from-start", None)):
+        player = Player(client, "stores/rewrite", tmp_path / name, given)
+        await player.play()
+        await player.finish()
+        assert digest(tmp_path / name) == want, name
+    await store.close()
+    successor = SQLiteStore(await take(client, "stores/rewrite", tmp_path / "next", 0x92,
+                                       hints))
+    assert await successor.restore_checkpoint() == checkpoint(40)
+    assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert rows(successor.db) == want_rows
+    assert successor.rewrites == 0  # its WAL played whole: it goes on appending to it
+    await successor.close()
+
+
+async def test_commits_under_way_at_once_land_in_order(
+        client: JournalClient, tmp_path: Path) -> None:
+    folder = await take(client, "stores/pipelined", tmp_path / "primary", 0xA1)
+    store = SQLiteStore(folder)
+    await store.restore_checkpoint()
+    store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
+    gates = [asyncio.get_running_loop().create_future() for _ in range(6)]
+    commits = []
+    for t in range(6):  # each waits for its "publishes": released last first
+        store.db.execute("INSERT INTO kv VALUES (?, ?)", (t, f"txn {t}"))
+        commits.append(store.start_commit(checkpoint(t + 1), [gates[t]]))
+    for gate in reversed(gates):
+        gate.set_result(None)
+        await asyncio.sleep(0.01)
+    await asyncio.gather(*commits)
+    hints = folder.hints
+    await store.close()
+    successor = SQLiteStore(await take(client, "stores/pipelined", tmp_path / "next", 0xA2,
+                                       hints))
+    assert await successor.restore_checkpoint() == checkpoint(6)
+    assert rows(successor.db) == [(t, f"txn {t}") for t in range(6)]
+    await successor.close()
+
+
+async def test_a_checkpoint_the_store_did_not_run_fails_it(
+        client: JournalClient, tmp_path: Path) -> None:
+    from gazette.consumer.sqlite import StoreChanged
+
+    folder = await take(client, "stores/foreign", tmp_path / "primary", 0xB1)
+    store = SQLiteStore(folder)
+    await store.restore_checkpoint()
+    await sqlite_history(store, random.Random(11), 2)
+    store.db.execute("COMMIT")
+    store.db.execute("PRAGMA wal_checkpoint(FULL)")  # the application's own
+    store.db.execute("BEGIN")
+    store.db.execute("INSERT OR REPLACE INTO kv VALUES (-1, 'after')")
+    with pytest.raises(StoreChanged, match="outside a rewrite"):
+        store.start_commit(checkpoint(3), [])
+    await store.close()
+
+
+async def test_a_log_recorded_page_by_page_is_rewritten_at_its_first_open(
+        client: JournalClient, tmp_path: Path) -> None:
+    # Logs of the store before it recorded its WAL whole hold a WAL with frames of an
+    # older generation after the newest: found by their salts, and rewritten.
+    folder = await take(client, "stores/legacy", tmp_path / "primary", 0xC1)
+    local = apsw.Connection(str(tmp_path / "plain.db"))
+    local.execute("PRAGMA journal_mode=WAL")
+    local.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
+    local.execute("INSERT INTO kv VALUES (1, 'one')")
+    local.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    for k in range(2, 40):  # a generation of frames, checkpointed
+        local.execute("INSERT INTO kv VALUES (?, ?)", (k, "x" * 500))
+    local.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    local.execute("INSERT INTO kv VALUES (100, 'newest')")  # restarts the WAL at 0
+    wal = (tmp_path / "plain.db-wal").read_bytes()
+    image = (tmp_path / "plain.db").read_bytes()
+    local.close(True)
+    for name, data in (("store.db", image), ("store.db-wal", wal)):
+        file = folder.open(name)
+        file.pwrite(data, 0)
+        file.close()
+    await folder.commit()
+    folder.recorder.detach()
+
+    successor = SQLiteStore(await take(client, "stores/legacy", tmp_path / "next", 0xC2))
+    await successor.restore_checkpoint()
+    assert successor.rewrites == 1
+    assert successor.db.execute("SELECT v FROM kv WHERE k = 100").fetchone() == ("newest",)
+    assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (40,)
+    await successor.close()
