@@ -80,7 +80,11 @@ MiB = 1 << 20
 PLAYBACK_VOLUME, PLAYBACK_COMMIT, PLAYBACK_RUNS = 256 * MiB, 4 * MiB, 3
 TXN_ROWS, PLAIN_SECONDS, ROUNDS = 1000, 5.0, int(os.environ.get("ROUNDS", 3))
 HANDOFF_ROUNDS = 3
-STORE_ROWS, STORE_ROW_BYTES = 76_000, 1024
+STORE_ROWS, STORE_ROW_BYTES = int(os.environ.get("COLD_ROWS", 800_000)), 1024
+#: The log-size phase: a table of BOUND_ROWS rows, updated at random (1,000 rows a
+#: transaction) until BOUND_VOLUME times the database was written to the WAL; the
+#: primary's hints are taken every BOUND_HINT_EVERY transactions (as every 30 s).
+BOUND_ROWS, BOUND_VOLUME, BOUND_HINT_EVERY = 500_000, 30, 50
 SPECS = """
 name: bench/
 replication: 1
@@ -95,10 +99,16 @@ children:
   - name: bench/sequential-1
   - name: bench/sequential-2
   - name: bench/cold
+  - name: bench/bound
+    fragment: {length: 8388608}
 """
-STORE_OPTIONS: dict[str, Any] = json.loads(os.environ.get("STORE_OPTIONS", "{}"))
-PRAGMAS = ("locking_mode=EXCLUSIVE", "journal_mode=WAL", "synchronous=OFF",
-           "cache_size=2000", "wal_autocheckpoint=10000")  # SQLiteStore's defaults
+#: The recorded store's options in the overhead and log-size phases (the plain
+#: baseline uses the same page size): 1 KiB pages, for these ~100-byte rows.
+STORE_OPTIONS: dict[str, Any] = {"page_size": 1024,
+                                 **json.loads(os.environ.get("STORE_OPTIONS", "{}"))}
+PRAGMAS = (f"page_size={STORE_OPTIONS['page_size']}", "locking_mode=EXCLUSIVE",
+           "journal_mode=WAL", "synchronous=OFF", "cache_size=2000",
+           "wal_autocheckpoint=1000")  # SQLite's default checkpoints
 CREATE_KV = "CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v BLOB NOT NULL)"
 UPSERT = "INSERT OR REPLACE INTO kv VALUES (?, ?)"
 
@@ -268,8 +278,65 @@ async def bench_overhead(client: JournalClient, workdir: Path, workload: str
             f"recorded_mib_per_txn{name}": round(logged / txns / MiB, 2)}
 
 
+async def bench_log_bound(client: JournalClient, workdir: Path) -> dict[str, Any]:
+    """The log a prune leaves under sustained random updates: `BOUND_ROWS` rows, then
+    transactions of 1,000 random updates until `BOUND_VOLUME` times the database went
+    to the WAL. Hints are kept as a primary keeps them in etcd (`keep_hints`): the
+    primary's every `BOUND_HINT_EVERY` transactions, and the backups too once a rewrite
+    moved them on; what prune keeps is every fragment ending after the first offset any
+    of them reads from."""
+    folder, _ = await take(client, "bench/bound", workdir / "bound", 0x40)
+    store = SQLiteStore(folder, **STORE_OPTIONS)
+    await store.restore_checkpoint()
+    store.db.execute(CREATE_KV)
+    rng, pool = random.Random(5), value_pool()
+    for t in range(BOUND_ROWS // TXN_ROWS):
+        store.db.executemany(UPSERT, [(t * TXN_ROWS + i, pool[rng.randrange(len(pool))])
+                                      for i in range(TXN_ROWS)])
+        await store.start_commit(checkpoint(t + 1), [])
+    db_bytes = store._db_bytes()
+    stored: list[Hints] = []  # primary, backup 1, backup 2
+    written, t, started = 0, 0, time.perf_counter()
+    inflight: collections.deque[asyncio.Future[None]] = collections.deque()
+    while written < BOUND_VOLUME * db_bytes:
+        before = store._since_rewrite
+        store.db.executemany(UPSERT, [(rng.randrange(BOUND_ROWS), pool[rng.randrange(
+            len(pool))]) for _ in range(TXN_ROWS)])
+        while len(inflight) >= store.commits_in_flight:
+            await inflight.popleft()
+        inflight.append(store.start_commit(checkpoint(t), []))
+        written += max(0, store._since_rewrite - before) or store._wal_end
+        if not store.pipelined:
+            await inflight[-1]
+        t += 1
+        if t % BOUND_HINT_EVERY == 0 and folder.hints is not None:
+            hints = folder.hints
+            if not stored or hints.first_offset() > stored[0].first_offset():
+                stored = [hints] * 3  # keep_hints: a rewrite moved them on
+            else:
+                stored[0] = hints
+    for commit in inflight:
+        await commit
+    elapsed = time.perf_counter() - started
+    db_bytes = store._db_bytes()
+    cutoff = min(h.first_offset() for h in stored)
+    frags = await client.list_fragments("bench/bound")
+    kept = sum(f.fragment.end - f.fragment.begin for f in frags if f.fragment.end > cutoff)
+    head = await client.write_head("bench/bound")
+    rewrites = store.rewrites
+    await store.close()
+    log(f"log bound: {t} transactions in {elapsed:.1f} s wrote {written / MiB:.0f} MiB of "
+        f"WAL over a {db_bytes / MiB:.0f} MiB database ({rewrites} rewrites); the log is "
+        f"{head / MiB:.0f} MiB, {kept / MiB:.0f} MiB after prune")
+    return {"log_after_prune_vs_db": round(kept / db_bytes, 2),
+            "log_bound_db_mib": round(db_bytes / MiB, 1),
+            "log_bound_wal_vs_db": round(written / db_bytes, 1),
+            "log_bound_rewrites": rewrites}
+
+
 async def bench_cold_start(client: JournalClient, workdir: Path) -> dict[str, Any]:
-    store = SQLiteStore((await take(client, "bench/cold", workdir / "primary", 0x30))[0])
+    store = SQLiteStore((await take(client, "bench/cold", workdir / "primary", 0x30))[0],
+                        page_size=4096)  # (1 KiB rows)
     await store.restore_checkpoint()
     store.db.execute(CREATE_KV)
     rng, txns, started = random.Random(4), STORE_ROWS // TXN_ROWS, time.perf_counter()
@@ -312,6 +379,8 @@ async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
             result["sqlite_rows_per_txn"] = TXN_ROWS
             for workload in ("random", "sequential"):
                 result.update(await bench_overhead(client, workdir, workload))
+        if wanted("bound"):
+            result.update(await bench_log_bound(client, workdir))
         if wanted("cold_start"):
             result.update(await bench_cold_start(client, workdir))
         if wanted("handoff"):

@@ -90,12 +90,13 @@ HINT_WRITE_ATTEMPTS = 8
 
 
 async def store_hints(etcd: Etcd, spec: ShardSpec, hints: Hints, *,
-                      rotate: bool = False) -> bool:
+                      rotate: bool = False, everywhere: bool = False) -> bool:
     """Write `hints` as the shard's primary hints, unless the stored ones were taken
     later in the log (then False: they stay). With `rotate`, the primary hints become
-    backup 1 and each backup moves down one. Guarded by the keys' revisions, read anew
-    when another writer got there first."""
-    keys = spec.hint_keys if rotate else spec.hint_keys[:1]
+    backup 1 and each backup moves down one; with `everywhere`, the backups become
+    `hints` too. Guarded by the keys' revisions, read anew when another writer got
+    there first."""
+    keys = spec.hint_keys if rotate or everywhere else spec.hint_keys[:1]
     for _ in range(HINT_WRITE_ATTEMPTS):
         kvs = [(await etcd.get(key))[1] for key in keys]
         usable = [_decoded(spec, key, kv) is not None for key, kv in zip(keys, kvs,
@@ -111,7 +112,9 @@ async def store_hints(etcd: Etcd, spec: ShardSpec, hints: Hints, *,
             txn.expect(key, kv.mod_revision if kv is not None else 0)
         txn.put(keys[0], hints.encode())
         for key, previous, ok in zip(keys[1:], kvs, usable, strict=False):
-            if ok and previous is not None:
+            if everywhere:
+                txn.put(key, hints.encode())
+            elif ok and previous is not None:
                 txn.put(key, previous.value)
         try:
             await txn.commit(etcd)
@@ -227,16 +230,19 @@ async def run_recovered(client: JournalClient, recovery: Recovery, spec: ShardSp
 
 async def keep_hints(etcd: Etcd, spec: ShardSpec, folder: RecordedFolder) -> None:
     """Write the store's hints to etcd every `HINTS_INTERVAL` (if they changed); a
-    failed write is logged and tried again next time."""
+    failed write is logged and tried again next time. Hints that start later in the log
+    than the last written (the store rewrote its files: `SQLiteStore`) replace the
+    backups too: older hints would keep the log's dead stretches from being pruned."""
     written = folder.hints
     while True:
         await asyncio.sleep(HINTS_INTERVAL)
         hints = folder.hints
         if hints is None or hints == written:
             continue
+        moved = written is not None and hints.first_offset() > written.first_offset()
         try:
             async with asyncio.timeout(HINTS_TIMEOUT):
-                await store_hints(etcd, spec, hints)
+                await store_hints(etcd, spec, hints, everywhere=moved)
             written = hints
         except (GazetteError, TimeoutError) as err:  # etcd's, or writers racing
             log.warning("shard %s: writing hints failed (tried again in %.0f s): %s",
