@@ -13,24 +13,28 @@ uncompressed fragments in a `file:///` store), then:
   over three rounds (medians): transactions of 1,000 `INSERT OR REPLACE` of 100-byte
   values into a table with an integer key plus the checkpoint row, as many
   transactions as the first plain run does in 5 s (after each recorded run, the broker
-  is let persist its fragments, which are then deleted: a round's log is GBs). Two
-  workloads: "random" (keys in a range that grows by 1,000 a transaction: about half
-  are new, the rest updates all over the table: each transaction dirties ~1,000 pages)
-  and "sequential" (`..._sequential`: the next 1,000 keys: a few dozen pages). With
-  recording: `SQLiteStore` on a `RecordedFolder` (a fresh log each round), commits
-  pipelined as a shard's runner does (a transaction's log append goes on while the next
-  one runs; it is awaited before the next commit starts); without: a plain
-  `apsw.Connection` on a local file with the same pragmas (exclusive locking, WAL,
-  synchronous off, 2,000 pages of cache, checkpoints every 10,000 WAL pages), the
+  is let persist its fragments, which are then deleted). Two workloads: "random" (keys
+  in a range that grows by 1,000 a transaction: about half are new, the rest updates
+  all over the table: each transaction dirties ~1,000 pages) and "sequential"
+  (`..._sequential`: the next 1,000 keys: a few dozen pages). With recording:
+  `SQLiteStore(page_size=1024)` on a `RecordedFolder` (a fresh log each round), driven
+  as a shard's runner drives it (up to `commits_in_flight` commits under way while the
+  next transactions run; a commit ending in a rewrite awaited); without: a plain
+  `apsw.Connection` on a local file with the same page size, exclusive locking, WAL,
+  synchronous off, 2,000 pages of cache and SQLite's default checkpoints, the
   checkpoint row in the same transaction, COMMIT per transaction. Overhead = with /
-  without - 1 (target <= 0.25); also `sqlite_txn_per_s_recorded` / `_plain`, and
-  `recorded_mib_per_txn`, the log bytes one transaction cost (WAL frames, and the pages
-  SQLite's checkpoints copy into the database);
-- `cold_start_s`: a store of ~100 MiB (`cold_start_store_mib`: its database and WAL; 1 KiB
-  random rows, 1,000 per transaction, through `SQLiteStore` on its log) rebuilt by a
-  fresh member from the hints of its last commit: `Player(client, log, root,
-  hints).handoff(author)`, then `SQLiteStore(folder).restore_checkpoint()`
-  (`cold_start_log_mib`: the log bytes the player read);
+  without - 1 (target <= 0.5 random, <= 0.25 sequential); also
+  `sqlite_txn_per_s_recorded` / `_plain`, and `recorded_mib_per_txn`, the log bytes one
+  transaction cost (its WAL frames, and its share of the rewrites);
+- `log_after_prune_vs_db`: a table of 500,000 rows updated at random until 30 times the
+  database went to the WAL (an hour-equivalent of sustained updates), hints kept as a
+  primary keeps them; the log a prune would leave, over the database's size (target
+  <= 3);
+- `cold_start_s`: a store of ~1 GiB (`cold_start_store_mib`: its database and WAL; 1 KiB
+  random rows, 1,000 per transaction, through `SQLiteStore` on its log, 4 KiB pages)
+  rebuilt by a fresh member from the hints of its last commit: `Player(client, log,
+  root, hints).handoff(author)`, then `SQLiteStore(folder).restore_checkpoint()`
+  (`cold_start_log_mib`: the log bytes the player read; `COLD_ROWS` sets the rows);
 - `handoff_s`: stream-sum (one shard, its sums in SQLite on a recovery log,
   `hot_standbys: 1`) on two `gazette-consumer serve` processes at their defaults,
   while one-chunk streams are published every 10 ms: from SIGTERM of the primary's
@@ -42,7 +46,8 @@ uncompressed fragments in a `file:///` store), then:
   ready).
 
 Prints progress on stderr and one JSON object as the last line. ``--only
-handoff,cold_start`` runs some of the parts (all by default).
+handoff,cold_start`` runs some of the parts (all by default: playback, overhead, bound,
+cold_start, handoff); ``ROUNDS=1`` one round of the overhead.
 """
 
 from __future__ import annotations
