@@ -42,11 +42,14 @@ pytestmark = pytest.mark.integration
 
 async def test_effects_and_outputs_exactly_once_across_crashes(
         sums_client: JournalClient) -> None:
-    rng = random.Random(7)
-    expected = dict.fromkeys(KEYS, 0)
-    store = MemoryStore()
+    # A MemoryStore's restore drops what was not committed.
+    await exactly_once_through_crashes(sums_client, MemoryStore(), random.Random(7))
+
+
+async def exactly_once_through_crashes(sums_client: JournalClient, store: MemoryStore,
+                                       rng: random.Random) -> None:
+    """Crashed runs, then one to the end: effects and outputs each exactly once."""
     async with AppendQueue(sums_client) as out:
-        # A MemoryStore's restore drops what was not committed.
         expected = await crash_runs(sums_client, out, lambda: Sums(store), rng, 4)
         await run_until(ShardRunner(spec(), Sums(store), sums_client, out), sums_client)
         await out.flush()
@@ -94,12 +97,7 @@ async def test_exactly_once_with_several_commits_under_way(
     # at any point leave effects and outputs exactly once.
     rng = random.Random(11)
     store = PipelinedStore(rng)
-    async with AppendQueue(sums_client) as out:
-        expected = await crash_runs(sums_client, out, lambda: Sums(store), rng, 4)
-        await run_until(ShardRunner(spec(), Sums(store), sums_client, out), sums_client)
-        await out.flush()
-    assert store.committed == expected
-    assert await committed_outputs(sums_client) == expected
+    await exactly_once_through_crashes(sums_client, store, rng)
     assert store.most_under_way > 1
 
 
