@@ -323,7 +323,6 @@ class ShardRunner:
         replay = self._replay(framings)
         max_txn = self.spec.max_txn_duration.total_seconds()
         min_txn = self.spec.min_txn_duration.total_seconds()
-        limit = max(1, int(getattr(store, "commits_in_flight", 1)))
         commits = self._commits
         commit: asyncio.Future[None] | None = None
         while True:
@@ -337,6 +336,8 @@ class ShardRunner:
                     and not commit.done():
                 await asyncio.wait({commit})
                 commit.result()  # a failed commit fails the run here
+            # (Asked each transaction too: a store may allow more while it rewrites.)
+            limit = max(1, int(getattr(store, "commits_in_flight", 1)))
             started = loop.time()
             shard.txn = app.txn_state(shard)  # nothing of an abandoned transaction's
             await _maybe(app.begin_txn(shard, store))

@@ -56,14 +56,16 @@ from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
-from gazette.recoverylog.recorder import Sealed
+from gazette.recoverylog.recorder import Sealed, _retrieved
 
 #: The WAL's header, and each frame's header (before its page), in bytes.
 WAL_HEADER, FRAME_HEADER = 32, 24
 #: Database bytes read and recorded per write while a rewrite records the database.
 REWRITE_CHUNK = 4 << 20
-#: Rewrite chunks appended at once (each waits for the one before to be sent).
+#: Rewrite chunks whose appends are under way at once.
 REWRITE_IN_FLIGHT = 4
+#: Commits the runner may have under way while a rewrite records the database.
+REWRITE_COMMITS = 256
 
 
 class StoreChanged(GazetteError):
@@ -98,8 +100,9 @@ class SQLiteStore:
         self.folder, self.name, self.cache_pages = folder, name, cache_pages
         self.page_size, self.rewrite_factor = page_size, rewrite_factor
         self.rewrite_min_bytes = rewrite_min_bytes
-        self.commits_in_flight = commits_in_flight
+        self.max_commits = commits_in_flight
         self.rewrites = 0  # rewrites this store made (its creation's included)
+        self.wal_recorded = 0  # WAL bytes it recorded
         self._db: apsw.Connection | None = None
         self._wal_fd = -1
         self._frames = 0  # WAL frames SQLite holds, as its WAL hook last said
@@ -107,7 +110,13 @@ class SQLiteStore:
         self._wal_end = 0  # WAL bytes recorded
         self._since_rewrite = 0  # WAL bytes recorded since the last rewrite
         self._db_stat: tuple[int, int] = (0, 0)
-        self._rewrite_due = False
+        #: The rewrite under way (its image being recorded), and what it resolves once
+        #: its final rename landed (then None): commits sealed after it began are
+        #: durable then. A failed one stays, and fails every later commit: their frames
+        #: went to a WAL file the log never renamed into place.
+        self._rewriting: asyncio.Task[None] | None = None
+        self._rewritten: asyncio.Future[None] | None = None
+        self._wal_fnode = 0  # the fnode the WAL's frames are recorded into
 
     @property
     def db(self) -> apsw.Connection:
@@ -117,9 +126,15 @@ class SQLiteStore:
         return self._db
 
     @property
-    def pipelined(self) -> bool:
-        """False while a commit ends in a rewrite: the next transaction must wait."""
-        return not self._rewrite_due
+    def rewriting(self) -> bool:
+        return self._rewriting is not None and not self._rewriting.done()
+
+    @property
+    def commits_in_flight(self) -> int:
+        """How many commits the runner may have under way (asked each transaction):
+        while a rewrite records the database, commits sealed after it began wait for
+        it, and the runner goes on (`REWRITE_COMMITS`)."""
+        return REWRITE_COMMITS if self.rewriting else self.max_commits
 
     @property
     def path(self) -> Path:
@@ -134,7 +149,7 @@ class SQLiteStore:
         missing, and return the checkpoint; a transaction is open from here on."""
         rewrite, row = self._open()
         if rewrite:
-            await self._rewrite()
+            await self._rewrite(self._begin_rewrite())
         else:
             await self.folder.commit()
         self.db.execute("BEGIN")
@@ -143,8 +158,9 @@ class SQLiteStore:
     def _open(self) -> tuple[bool, Any]:
         """Open the database; (whether it must be rewritten first, the checkpoint row)."""
         folder, path = self.folder, self.path
-        for leftover in (self.name + ".rewrite",):  # a rewrite cut short
+        for leftover in (self.name + ".rewrite", self._wal + ".rewrite"):  # cut short
             if folder.exists(leftover):
+                folder.path(leftover).unlink(missing_ok=True)
                 folder.recorder.unlink(leftover)
         fresh = not folder.exists(self.name)
         if fresh:  # nothing of a database the log does not hold
@@ -171,15 +187,16 @@ class SQLiteStore:
         if not rewrite:
             self._open_wal()
             self._db_stat = self._stat()
+            self._wal_fnode = folder.recorder.fnode(self._wal) or 0
             self._record_wal()
         return rewrite, row
 
     def start_commit(self, checkpoint: Checkpoint, wait_for: Sequence[Awaitable[Any]]
                      ) -> asyncio.Future[None]:
         """Commit the open transaction with `checkpoint` locally at once and seal its
-        WAL frames as the recorder's next commit (the next transaction begins, unless a
-        rewrite is due: then once it is done); durable once their log append (after
-        `wait_for`) is acknowledged."""
+        WAL frames as the recorder's next commit (the next transaction begins at once);
+        durable once their log append (after `wait_for`) is acknowledged, and, if a
+        rewrite was under way when it was sealed, once that rewrite landed."""
         db = self.db
         db.execute("INSERT OR REPLACE INTO gazette_checkpoint VALUES (0, ?)",
                    (checkpoint.encode(),))
@@ -187,33 +204,29 @@ class SQLiteStore:
         self._check_db()
         self._record_wal()
         sealed = self.folder.recorder.seal(hints=True)
-        self._rewrite_due = self._since_rewrite > max(
-            self.rewrite_min_bytes, self.rewrite_factor * self._db_bytes())
-        if not self._rewrite_due:
-            db.execute("BEGIN")
-            return asyncio.ensure_future(self._land(sealed, wait_for))
-        return asyncio.ensure_future(self._land_and_rewrite(sealed, wait_for))
+        after = self._rewritten
+        if after is None and self._since_rewrite > max(
+                self.rewrite_min_bytes, self.rewrite_factor * self._db_bytes()):
+            image = self._begin_rewrite()
+            self._rewriting = asyncio.ensure_future(self._rewrite(image))
+            self._rewriting.add_done_callback(_retrieved)
+        db.execute("BEGIN")
+        return asyncio.ensure_future(self._land(sealed, wait_for, after))
 
-    async def _land(self, sealed: Sealed, wait_for: Sequence[Awaitable[Any]]) -> None:
+    async def _land(self, sealed: Sealed, wait_for: Sequence[Awaitable[Any]],
+                    after: asyncio.Future[None] | None = None) -> None:
         await _after(wait_for)
         await self.folder.land(sealed)
-
-    async def _land_and_rewrite(self, sealed: Sealed, wait_for: Sequence[Awaitable[Any]]
-                                ) -> None:
-        try:
-            landing = asyncio.ensure_future(self._land(sealed, wait_for))
-            try:
-                await self._rewrite()
-            finally:
-                await landing
-            self.db.execute("BEGIN")
-        finally:
-            self._rewrite_due = False
+        if after is not None:
+            await asyncio.shield(after)
 
     async def close(self) -> None:
         """Close, without committing the open transaction (nothing more is recorded;
         closing does not checkpoint)."""
         db, self._db = self._db, None
+        if self._rewriting is not None and not self._rewriting.done():
+            self._rewriting.cancel()
+            await asyncio.gather(self._rewriting, return_exceptions=True)
         if db is not None:
             self.folder.recorder.detach()
             db.set_wal_hook(None)
@@ -243,9 +256,7 @@ class SQLiteStore:
         if end < self._wal_end:
             raise StoreChanged(f"{self.path}: SQLite restarted its WAL outside a rewrite "
                                "(was it checkpointed by the application?)")
-        recorder = self.folder.recorder
-        fnode = recorder.fnode(self._wal)
-        assert fnode is not None
+        recorder, fnode = self.folder.recorder, self._wal_fnode
         start = self._wal_end
         while start < end:
             data = os.pread(self._wal_fd, min(end - start, REWRITE_CHUNK), start)
@@ -254,6 +265,7 @@ class SQLiteStore:
             recorder.write(fnode, start, data)
             start += len(data)
         self._since_rewrite += end - self._wal_end
+        self.wal_recorded += end - self._wal_end
         self._wal_end = end
 
     def _clean_wal(self) -> bool:
@@ -289,17 +301,31 @@ class SQLiteStore:
 
     # -- rewriting --
 
-    async def _rewrite(self) -> None:
-        """Checkpoint the WAL into the database locally, record the database whole as
-        a new file renamed over the old one, and start a new WAL file: the log's older
-        segments are dead from here."""
-        db, folder, recorder = self.db, self.folder, self.folder.recorder
-        db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+    def _begin_rewrite(self) -> int:
+        """Checkpoint the WAL into the database locally (SQLite starts its WAL anew),
+        and record the database's new file and the new WAL's, under temporary names:
+        the WAL's frames go to the new one from here. Returns the new database's fnode
+        (`_rewrite` records its content, then renames both into place)."""
+        recorder = self.folder.recorder
+        self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         self._open_wal()
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
-        tmp = self.name + ".rewrite"
-        fnode = recorder.create(tmp)
+        self._db_stat = self._stat()
+        image = recorder.create(self.name + ".rewrite")
+        self._wal_fnode = recorder.create(self._wal + ".rewrite")
+        self._frames = self._wal_end = self._since_rewrite = 0
+        self._rewritten = asyncio.get_running_loop().create_future()
+        self._rewritten.add_done_callback(_retrieved)
+        return image
+
+    async def _rewrite(self, fnode: int) -> None:
+        """Record the database (constant until the next rewrite) into `fnode`, then
+        rename it and the new WAL into place, in one append: every older segment of
+        the log is dead from there. Commits sealed meanwhile wait for that append."""
+        folder, recorder = self.folder, self.folder.recorder
+        done = self._rewritten
+        assert done is not None
         landing: list[asyncio.Future[Any]] = []
         try:
             image = os.open(self.path, os.O_RDONLY)
@@ -314,20 +340,24 @@ class SQLiteStore:
                         await landing.pop(0)
             finally:
                 os.close(image)
-            recorder.rename(tmp, self.name)
-            if folder.exists(self._wal):
-                recorder.unlink(self._wal)
-            recorder.create(self._wal)
-            self._frames = self._wal_end = self._since_rewrite = 0
-            self._db_stat = self._stat()
+            with recorder.lock:  # (nothing else is recorded between these)
+                recorder.rename(self.name + ".rewrite", self.name)
+                if folder.exists(self._wal):
+                    recorder.unlink(self._wal)
+                recorder.rename(self._wal + ".rewrite", self._wal)
             landing.append(asyncio.ensure_future(folder.land(recorder.seal(hints=True))))
-        finally:
             for fut in landing:
-                if not fut.done():
-                    await asyncio.wait([fut])
+                await fut
+        except BaseException as err:
             for fut in landing:
-                fut.result()  # the first failure is raised
+                fut.cancel()
+            if not done.done():
+                done.set_exception(err if isinstance(err, Exception) else
+                                   GazetteError(f"{self.path}: the rewrite was stopped"))
+            raise
         self.rewrites += 1
+        self._rewritten = None
+        done.set_result(None)
 
 
 def _one(db: apsw.Connection, query: str) -> int:

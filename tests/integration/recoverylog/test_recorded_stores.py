@@ -41,6 +41,7 @@ children:
   - name: stores/pipelined
   - name: stores/foreign
   - name: stores/legacy
+  - name: stores/midrewrite
 """
 
 
@@ -273,4 +274,36 @@ async def test_a_log_recorded_page_by_page_is_rewritten_at_its_first_open(
     assert successor.rewrites == 1
     assert successor.db.execute("SELECT v FROM kv WHERE k = 100").fetchone() == ("newest",)
     assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (40,)
+    await successor.close()
+
+
+async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed(
+        client: JournalClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gazette.consumer import sqlite
+
+    monkeypatch.setattr(sqlite, "REWRITE_CHUNK", 1024)  # a rewrite of many appends
+    folder = await take(client, "stores/midrewrite", tmp_path / "primary", 0xD1)
+    store = SQLiteStore(folder, rewrite_factor=0.01, rewrite_min_bytes=0)
+    await store.restore_checkpoint()
+    store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
+    store.db.executemany("INSERT INTO kv VALUES (?, ?)",
+                         [(k, "x" * 200) for k in range(500)])
+    await store.start_commit(checkpoint(1), [])  # durable; a rewrite begins after it
+    assert store.rewriting
+    store.db.execute("INSERT INTO kv VALUES (-1, 'during the rewrite')")
+    during = store.start_commit(checkpoint(2), [])
+    await asyncio.sleep(0.05)
+    assert store.rewriting and not during.done()  # its frames landed; it waits
+    folder.recorder.detach()  # the process is gone mid-rewrite
+    await store.close()
+    with pytest.raises(Exception):  # noqa: B017 - whatever stopped the rewrite
+        await during
+
+    successor = SQLiteStore(await take(client, "stores/midrewrite", tmp_path / "next",
+                                       0xD2))
+    assert await successor.restore_checkpoint() == checkpoint(1)
+    assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (500,)
+    assert not (tmp_path / "next" / "store.db.rewrite").exists()
+    assert not successor.folder.exists("store.db-wal.rewrite")
+    await sqlite_history(successor, random.Random(12), 3, first=1)  # and it goes on
     await successor.close()
