@@ -10,14 +10,19 @@ it, the write-ahead log's frames, each recorded once:
   back from the local WAL file: SQLite's WAL hook says how many there are) are
   recorded as one write;
 - SQLite never checkpoints on its own (the WAL hook replaces its auto-checkpoints, and
-  closing does not checkpoint), so the database file does not change between rewrites
-  and no page is recorded twice;
+  closing does not checkpoint): the store does, at a commit, once the WAL holds
+  `checkpoint_pages` frames, and records the checkpoint as the copies it makes (each
+  page's last frame into the database: 16 bytes a page), which a player runs on its
+  own WAL to the same bytes. No page is recorded twice;
 - a *rewrite* (at the store's creation, and once the WAL recorded since the last one
   outgrows `rewrite_factor` times the database) checkpoints the WAL into the database
-  locally, records the database whole as a new file renamed over the old one, and
-  starts a new, empty WAL file: every older segment of the log is then dead, so hints
-  taken after it skip them and `gazctl shards prune` frees them. The rewrite is a pause
-  of the shard (the next transaction waits for it): about a second per GiB here.
+  locally at a commit (not recorded: the new file replaces the database) and records
+  the database whole, in the background, as a new file
+  under a temporary name; transactions go on, their frames recorded into a new WAL file
+  (also under a temporary name: SQLite started its WAL anew); one last append renames
+  both into place. Every older segment of the log is then dead, so hints taken after it
+  skip them and `gazctl shards prune` frees them. Commits sealed during a rewrite are
+  durable once that append landed.
 
 A played folder is therefore a database file and a WAL of whole transactions, which
 SQLite opens as it would after a crash. A consumer transaction is one SQLite
@@ -46,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +84,7 @@ class SQLiteStore:
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
                  cache_pages: int = 2000, page_size: int = 4096,
                  rewrite_factor: float = 1.5, rewrite_min_bytes: int = 64 << 20,
-                 commits_in_flight: int = 4) -> None:
+                 commits_in_flight: int = 4, checkpoint_pages: int = 10_000) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the
         smaller the pages, the fewer bytes a scattered update records (1024 records a
         quarter of 4096's for single-row updates, and is as fast here; rows larger than
@@ -87,7 +92,9 @@ class SQLiteStore:
         recorded since the last one is over `rewrite_factor` times the database and
         `rewrite_min_bytes`: a log (after prune) holds about 1 + `rewrite_factor` times
         the database. `commits_in_flight`: how many commits' log appends may be under
-        way at once."""
+        way at once. `checkpoint_pages`: the WAL's size (in frames) at which the store
+        checkpoints it into the database at a commit (recorded as the pages' copies, not
+        their bytes: a player runs the same checkpoint)."""
         if folder is None:
             raise GazetteError("SQLiteStore needs the shard's recovery log: give the "
                                "shard a recovery_log_prefix (and a hint_prefix)")
@@ -101,6 +108,8 @@ class SQLiteStore:
         self.page_size, self.rewrite_factor = page_size, rewrite_factor
         self.rewrite_min_bytes = rewrite_min_bytes
         self.max_commits = commits_in_flight
+        self.checkpoint_pages = checkpoint_pages
+        self.checkpoints = 0  # checkpoints this store ran (and recorded)
         self.rewrites = 0  # rewrites this store made (its creation's included)
         self.wal_recorded = 0  # WAL bytes it recorded
         self._db: apsw.Connection | None = None
@@ -117,6 +126,10 @@ class SQLiteStore:
         self._rewriting: asyncio.Task[None] | None = None
         self._rewritten: asyncio.Future[None] | None = None
         self._wal_fnode = 0  # the fnode the WAL's frames are recorded into
+        #: The WAL's frames since it began: each page's last (the WAL offset of its
+        #: bytes), and the database's size in pages as of the last commit frame.
+        self._latest: dict[int, int] = {}
+        self._npages = 0
 
     @property
     def db(self) -> apsw.Connection:
@@ -188,6 +201,8 @@ class SQLiteStore:
             self._open_wal()
             self._db_stat = self._stat()
             self._wal_fnode = folder.recorder.fnode(self._wal) or 0
+            for _ in self._read_wal(0, self._wal_end):  # (its frames noted)
+                pass
             self._record_wal()
         return rewrite, row
 
@@ -203,6 +218,8 @@ class SQLiteStore:
         db.execute("COMMIT")
         self._check_db()
         self._record_wal()
+        if self._frames >= self.checkpoint_pages and not self.rewriting:
+            self._checkpoint()
         sealed = self.folder.recorder.seal(hints=True)
         after = self._rewritten
         if after is None and self._since_rewrite > max(
@@ -251,22 +268,60 @@ class SQLiteStore:
 
     def _record_wal(self) -> None:
         """Record the WAL bytes SQLite committed since the last time (whole frames,
-        through its last commit)."""
+        through its last commit), and note which page each frame holds."""
         end = WAL_HEADER + self._frames * self._frame_bytes if self._frames else 0
         if end < self._wal_end:
             raise StoreChanged(f"{self.path}: SQLite restarted its WAL outside a rewrite "
                                "(was it checkpointed by the application?)")
         recorder, fnode = self.folder.recorder, self._wal_fnode
-        start = self._wal_end
-        while start < end:
-            data = os.pread(self._wal_fd, min(end - start, REWRITE_CHUNK), start)
-            if not data:
-                raise StoreChanged(f"{self._wal_path} is shorter than SQLite says")
+        for start, data in self._read_wal(self._wal_end, end):
             recorder.write(fnode, start, data)
-            start += len(data)
         self._since_rewrite += end - self._wal_end
         self.wal_recorded += end - self._wal_end
         self._wal_end = end
+
+    def _read_wal(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+        """The WAL's bytes [start, end) in pieces of whole frames, each piece's frames
+        noted (`_latest`, `_npages`)."""
+        fs = self._frame_bytes
+        frames = struct.Struct(f">II{fs - 8}x")
+        per_read = max(1, REWRITE_CHUNK // fs) * fs
+        while start < end:
+            first = WAL_HEADER if start == 0 else 0
+            size = min(end - start, per_read + first)
+            data = os.pread(self._wal_fd, size, start)
+            if len(data) != size:
+                raise StoreChanged(f"{self._wal_path} is shorter than SQLite says")
+            at = start + first + FRAME_HEADER
+            latest = self._latest
+            for page, commit in frames.iter_unpack(memoryview(data)[first:]):
+                latest[page] = at
+                at += fs
+                if commit:
+                    self._npages = commit
+            yield start, data
+            start += size
+
+    def _checkpoint(self) -> None:
+        """Checkpoint the WAL into the database locally (SQLite starts it anew), and
+        record that as the copies of each page's last frame into the database: a player
+        runs the same checkpoint, from the same WAL, to the same bytes."""
+        recorder, ps = self.folder.recorder, self._frame_bytes - FRAME_HEADER
+        db_fnode = recorder.fnode(self.name)
+        assert db_fnode is not None
+        pairs = sorted((at, (page - 1) * ps) for page, at in self._latest.items()
+                       if page <= self._npages)
+        size = self._npages * ps
+        self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        if os.fstat(self._wal_fd).st_size or os.path.getsize(self.path) != size:
+            raise StoreChanged(f"{self.path}: its checkpoint did not leave the WAL empty "
+                               f"and the database at {size} bytes")
+        recorder.copy(self._wal_fnode, db_fnode, ps, pairs)
+        recorder.truncate(db_fnode, size)
+        recorder.truncate(self._wal_fnode, 0)
+        self._latest, self._frames, self._wal_end = {}, 0, 0
+        self._db_stat = self._stat()
+        self.checkpoints += 1
 
     def _clean_wal(self) -> bool:
         """Whether the played WAL is whole frames through a commit frame of its own
@@ -315,6 +370,7 @@ class SQLiteStore:
         image = recorder.create(self.name + ".rewrite")
         self._wal_fnode = recorder.create(self._wal + ".rewrite")
         self._frames = self._wal_end = self._since_rewrite = 0
+        self._latest = {}
         self._rewritten = asyncio.get_running_loop().create_future()
         self._rewritten.add_done_callback(_retrieved)
         return image

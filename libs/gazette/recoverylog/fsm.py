@@ -135,6 +135,8 @@ class Hints:
 class _Fnode:
     paths: set[str] = field(default_factory=set)
     segments: list[Segment] = field(default_factory=list)
+    #: Fnodes this one copied blocks from: a player needs their content as it was.
+    sources: set[int] = field(default_factory=set)
 
 
 class FSM:
@@ -147,6 +149,8 @@ class FSM:
         self.author = 0  # of the last operation applied
         self.links: dict[str, int] = {}  # path -> fnode
         self.live: dict[int, _Fnode] = {}
+        #: Dead fnodes a live one copied from (kept in hints: a player plays them).
+        self.retained: dict[int, _Fnode] = {}
         #: Hinted segments not yet read, in order; the fnodes they keep.
         self.pending: list[Segment] = []
         self.hinted: set[int] = set()
@@ -177,7 +181,7 @@ class FSM:
         # were taken (its creation may not even have been read): its operations are
         # skipped, even those after the hinted files' last one (its unlink, say).
         live = op.kind is Kind.NOOP or fnode > self.hinted_through or \
-            fnode in self.hinted or fnode in self.live
+            fnode in self.hinted or fnode in self.live or fnode in self.retained
         if live:
             self._effect(op, fnode)
         self.next_seq_no += 1
@@ -213,9 +217,32 @@ class FSM:
                 node.paths.discard(op.path)
                 del self.links[op.path]
                 if not node.paths:
+                    self._extend(node, op)
                     del self.live[fnode]
+                    self._retain(fnode, node)
                     return
+            elif kind is Kind.COPY:
+                if op.offset not in self.live:
+                    raise InconsistentOp(f"copy into fnode {fnode} (offset {op.begin}): "
+                                         f"no live file {op.offset} to copy from")
+                node.sources.add(op.offset)
         self._extend(self.live[fnode], op)
+
+    def _retain(self, fnode: int, node: _Fnode) -> None:
+        """`fnode` died: kept while a live fnode copied from it (its content then is
+        part of theirs); and what only the dead needed is let go."""
+        needed = {s for n in (*self.live.values(), *self.retained.values())
+                  for s in n.sources}
+        if fnode in needed:
+            self.retained[fnode] = node
+        while True:
+            needed = {s for n in (*self.live.values(), *self.retained.values())
+                      for s in n.sources}
+            gone = [f for f in self.retained if f not in needed]
+            if not gone:
+                return
+            for f in gone:
+                del self.retained[f]
 
     def _extend(self, node: _Fnode, op: Op) -> None:
         last = node.segments[-1] if node.segments else None
@@ -228,7 +255,8 @@ class FSM:
     def hints(self, log: str) -> Hints:
         """Hints that rebuild the live files as of now."""
         return Hints(log, {f: [Segment(**asdict(s)) for s in node.segments]
-                           for f, node in self.live.items()}, self.next_seq_no - 1)
+                           for f, node in (*self.live.items(), *self.retained.items())},
+                     self.next_seq_no - 1)
 
     def paths(self, fnode: int) -> set[str]:
         node = self.live.get(fnode)

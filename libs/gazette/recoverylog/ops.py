@@ -14,8 +14,12 @@ append raced its successor's) is out of sequence and is skipped by every reader 
 Files are *fnodes* (like inodes): `CREATE` makes one (its id is its `seq_no`) linked at
 a path; `LINK`/`UNLINK` add and drop paths (a rename is both; an fnode with no path
 left is dead, and so is every frame that wrote it); `WRITE` puts `data` at `offset`;
-`TRUNCATE` sets its size to `length`. `NOOP` writes nothing: a new primary appends one
-to take the log over (its `author` from then on).
+`TRUNCATE` sets its size to `length`; `COPY` copies blocks from another live file
+(`offset` names the source fnode; `data` is the block size and the (source offset,
+offset) of each block: `copies`), what a store that moves its own bytes between its
+files records instead of the bytes (SQLite's checkpoints copy pages from its WAL into
+its database). `NOOP` writes nothing: a new primary appends one to take the log over
+(its `author` from then on).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Kind(enum.IntEnum):
     TRUNCATE = 3
     LINK = 4
     UNLINK = 5
+    COPY = 6
 
 
 class CorruptLog(GazetteError):
@@ -78,13 +83,13 @@ def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 
     raw_path = path.encode()
     if len(raw_path) > MAX_PATH_BYTES:
         raise ValueError(f"path of {len(raw_path)} bytes is over {MAX_PATH_BYTES}")
-    if kind is Kind.WRITE:
+    if kind in _CARRIES_DATA:
         if length != len(data):
-            raise ValueError(f"a write of {len(data)} bytes says length {length}")
+            raise ValueError(f"a {kind.name} of {len(data)} bytes says length {length}")
         if length > MAX_WRITE_BYTES:
-            raise ValueError(f"a write of {length} bytes is over {MAX_WRITE_BYTES}")
+            raise ValueError(f"a {kind.name} of {length} bytes is over {MAX_WRITE_BYTES}")
     elif data:
-        raise ValueError(f"only a write carries data, not {kind.name}")
+        raise ValueError(f"only a write or copy carries data, not {kind.name}")
     head = _HEADER.pack(MAGIC, VERSION, kind, 0, seq_no, checksum, author, fnode, offset,
                         length, len(raw_path))
     crc = zlib.crc32(data, zlib.crc32(raw_path, zlib.crc32(head[8:])))
@@ -100,6 +105,24 @@ def record(kind: Kind, seq_no: int, checksum: int, author: int, begin: int, *,
                         length=length, path=path, data=data)
     return frame, Op(kind, seq_no, checksum, author, fnode, offset, length, path, crc,
                      begin, begin + len(frame))
+
+
+_CARRIES_DATA = frozenset((Kind.WRITE, Kind.COPY))
+_COPY_BLOCK = struct.Struct("<I")
+_COPY_PAIR = struct.Struct("<QQ")
+
+
+def copy_data(block: int, pairs: list[tuple[int, int]]) -> bytes:
+    """A `COPY`'s data: blocks of `block` bytes, each (source offset, offset)."""
+    return _COPY_BLOCK.pack(block) + b"".join(_COPY_PAIR.pack(s, d) for s, d in pairs)
+
+
+def copies(data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, int]]]:
+    """A `COPY`'s block size and its (source offset, offset) pairs."""
+    if len(data) < _COPY_BLOCK.size or (len(data) - _COPY_BLOCK.size) % _COPY_PAIR.size:
+        raise ValueError(f"copy data of {len(data)} bytes is not a block size and pairs")
+    (block,) = _COPY_BLOCK.unpack_from(data)
+    return block, list(_COPY_PAIR.iter_unpack(memoryview(data)[_COPY_BLOCK.size:]))
 
 
 def chain(checksum: int, crc: int) -> int:
@@ -150,7 +173,7 @@ class Decoder:
             kind = Kind(kind)
         except ValueError:
             raise CorruptLog(self.log, at, f"unknown operation {kind}") from None
-        data_len = length if kind is Kind.WRITE else 0
+        data_len = length if kind in _CARRIES_DATA else 0
         if path_len > MAX_PATH_BYTES or data_len > MAX_WRITE_BYTES:
             raise CorruptLog(self.log, at, f"impossible sizes (path {path_len}, data "
                              f"{data_len})")

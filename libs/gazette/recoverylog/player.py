@@ -26,7 +26,7 @@ from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
-from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, record
+from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, copies, record
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,15 @@ class Player:
                 os.pwrite(self._fds[fnode], data, op.offset)
             elif kind is Kind.TRUNCATE:
                 os.ftruncate(self._fds[fnode], op.length)
+            elif kind is Kind.COPY:
+                block, pairs = copies(data)
+                src, dst = self._fds[op.offset], self._fds[fnode]
+                for src_offset, offset in pairs:
+                    chunk = os.pread(src, block, src_offset)
+                    if len(chunk) != block:
+                        raise OSError(f"copy of {block} bytes at {src_offset} of fnode "
+                                      f"{op.offset}: it holds only {len(chunk)} there")
+                    os.pwrite(dst, chunk, offset)
             elif kind is Kind.LINK:
                 assert path is not None
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints
-from gazette.recoverylog.ops import Kind, record
+from gazette.recoverylog.ops import Kind, copy_data, record
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ RECORDED_OPS = Counter("gazette_recoverylog_recorded_ops_total",
 
 #: The most bytes one write operation grows to by extension.
 MAX_MERGED_WRITE = 4 << 20
+#: Blocks one copy operation names, at most (16 bytes each).
+MAX_COPY_PAIRS = 1 << 20
 #: Appends of sealed commits under way at once (more wait, and go merged).
 APPENDS_IN_FLIGHT = 2
 #: The most bytes of sealed commits merged into one append.
@@ -163,6 +165,13 @@ class Recorder:
             self._close_write()
             # A caller's buffer may change after this returns: bytes are kept as they are.
             self._open = (fnode, offset, data if isinstance(data, bytes) else bytes(data))
+
+    def copy(self, src: int, dst: int, block: int, pairs: list[tuple[int, int]]) -> None:
+        """Blocks of `block` bytes copied from `src` into `dst`, each (source offset,
+        offset): what a store records instead of bytes it moved between its files."""
+        for at in range(0, len(pairs), MAX_COPY_PAIRS):
+            data = copy_data(block, pairs[at:at + MAX_COPY_PAIRS])
+            self._record(Kind.COPY, fnode=dst, offset=src, length=len(data), data=data)
 
     def truncate(self, fnode: int, size: int) -> None:
         self._record(Kind.TRUNCATE, fnode=fnode, length=size)

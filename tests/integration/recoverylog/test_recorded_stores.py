@@ -33,7 +33,8 @@ fragment:
   length: 1048576
   compression_codec: NONE
 children:
-  - name: stores/sqlite
+  - name: stores/sqlite-10000
+  - name: stores/sqlite-40
   - name: stores/json
   - name: stores/crash
   - name: stores/fence
@@ -79,12 +80,16 @@ async def sqlite_history(store: SQLiteStore, rng: random.Random, txns: int,
         await store.start_commit(checkpoint(t + 1), [])
 
 
+@pytest.mark.parametrize("checkpoint_pages", [10_000, 40])
 async def test_a_sqlite_store_is_rebuilt_byte_identical_with_its_checkpoint(
-        client: JournalClient, tmp_path: Path) -> None:
-    folder = await take(client, "stores/sqlite", tmp_path / "primary", 0x51)
-    store = SQLiteStore(folder)
+        client: JournalClient, tmp_path: Path, checkpoint_pages: int) -> None:
+    # With checkpoints, the player runs them from the recorded copies: the same bytes.
+    log = f"stores/sqlite-{checkpoint_pages}"
+    folder = await take(client, log, tmp_path / "primary", 0x51)
+    store = SQLiteStore(folder, checkpoint_pages=checkpoint_pages)
     assert await store.restore_checkpoint() == Checkpoint()
     await sqlite_history(store, random.Random(5), 60)
+    assert (store.checkpoints > 5) == (checkpoint_pages < 1000), store.checkpoints
     want_rows = rows(store.db)
     want_files = digest(tmp_path / "primary")
     assert "store.db" in want_files and "store.db-wal" in want_files
@@ -93,14 +98,14 @@ async def test_a_sqlite_store_is_rebuilt_byte_identical_with_its_checkpoint(
 
     # From the hints, and from the log's start: the same bytes, a sound database.
     for name, given in (("from-hints", hints), ("from-start", None)):
-        player = Player(client, "stores/sqlite", tmp_path / name, given)
+        player = Player(client, log, tmp_path / name, given)
         await player.play()
         await player.finish()
         assert digest(tmp_path / name) == want_files, name
     await store.close()
 
-    successor = SQLiteStore(await take(client, "stores/sqlite", tmp_path / "next", 0x52,
-                                       hints))
+    successor = SQLiteStore(await take(client, log, tmp_path / "next", 0x52, hints),
+                            checkpoint_pages=checkpoint_pages)
     assert await successor.restore_checkpoint() == checkpoint(60)
     assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     assert rows(successor.db) == want_rows
@@ -172,12 +177,12 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
         client: JournalClient, tmp_path: Path) -> None:
     folder = await take(client, "stores/rewrite", tmp_path / "primary", 0x91)
     store = SQLiteStore(folder, page_size=1024, rewrite_factor=0.5,
-                        rewrite_min_bytes=64 << 10)
+                        rewrite_min_bytes=64 << 10, checkpoint_pages=30)
     await store.restore_checkpoint()
     first_hints = folder.hints
     assert first_hints is not None and store.rewrites == 1  # the creation's
     await sqlite_history(store, random.Random(10), 40)
-    assert store.rewrites > 2
+    assert store.rewrites > 2 and store.checkpoints > 2
     await folder.recorder.commit()
     hints = folder.hints
     assert hints is not None

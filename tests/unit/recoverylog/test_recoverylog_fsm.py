@@ -91,7 +91,7 @@ def test_an_impossible_length_fails_before_it_is_allocated() -> None:
 
 
 def test_encode_refuses_what_it_could_not_decode() -> None:
-    with pytest.raises(ValueError, match="only a write carries data"):
+    with pytest.raises(ValueError, match="only a write or copy carries data"):
         encode(Kind.CREATE, 1, 0, AUTHOR, path="a", data=b"x")
     with pytest.raises(ValueError, match="says length"):
         encode(Kind.WRITE, 1, 0, AUTHOR, fnode=1, length=2, data=b"x")
@@ -208,3 +208,36 @@ def test_a_write_that_continues_the_last_one_extends_it() -> None:
               decode_all(bytes(recorder._pending), 7) if op.kind == Kind.WRITE]
     assert writes == [(a, 0, b"headpagemore"), (a, 20, b"gap"), (b, 23, b"other file"),
                       (b, 5, b"after")]
+
+
+def test_a_copy_names_its_blocks_and_needs_a_live_source() -> None:
+    from gazette.recoverylog.ops import copies, copy_data
+
+    data = copy_data(4096, [(32, 0), (4152, 8192)])
+    assert copies(data) == (4096, [(32, 0), (4152, 8192)])
+    with pytest.raises(ValueError, match="not a block size and pairs"):
+        copies(data[:-1])
+    log = Log()
+    log.op(Kind.CREATE, path="db")   # fnode 1
+    log.op(Kind.CREATE, path="wal")  # fnode 2
+    copy = log.op(Kind.COPY, fnode=1, offset=2, length=len(data), data=data)
+    assert Decoder("log", 0).feed(bytes(log.raw))[2] == (copy, data)
+    with pytest.raises(InconsistentOp, match="no live file 9 to copy from"):
+        log.op(Kind.COPY, fnode=1, offset=9, length=len(data), data=data)
+
+
+def test_a_dead_file_a_live_one_copied_from_stays_in_the_hints() -> None:
+    from gazette.recoverylog.ops import copy_data
+
+    data = copy_data(2, [(0, 0)])
+    log = Log()
+    log.op(Kind.CREATE, path="db")   # 1
+    log.op(Kind.CREATE, path="wal")  # 2
+    log.op(Kind.WRITE, fnode=2, offset=0, length=2, data=b"ab")
+    log.op(Kind.COPY, fnode=1, offset=2, length=len(data), data=data)
+    log.op(Kind.UNLINK, fnode=2, path="wal")  # the source dies: kept, with its unlink
+    hints = log.fsm.hints("log")
+    assert set(hints.live_nodes) == {1, 2}
+    assert hints.live_nodes[2][-1].last_seq_no == 5
+    log.op(Kind.UNLINK, fnode=1, path="db")  # and let go once nothing needs it
+    assert log.fsm.hints("log").live_nodes == {} and not log.fsm.retained
