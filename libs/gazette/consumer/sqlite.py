@@ -49,22 +49,23 @@ The checkpoint table::
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import struct
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
 import apsw
+import numpy as np
 
 from gazette.consumer.checkpoint import Checkpoint
+from gazette.consumer.sqlite_wal import FRAME_HEADER, WAL_HEADER, WalFrames, database_pages
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
 from gazette.recoverylog.recorder import Sealed, _retrieved
 
-#: The WAL's header, and each frame's header (before its page), in bytes.
-WAL_HEADER, FRAME_HEADER = 32, 24
 #: Database bytes read and recorded per write while a rewrite records the database.
 REWRITE_CHUNK = 4 << 20
 #: Rewrite chunks whose appends are under way at once.
@@ -84,7 +85,8 @@ class SQLiteStore:
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
                  cache_pages: int = 2000, page_size: int = 4096,
                  rewrite_factor: float = 1.5, rewrite_min_bytes: int = 64 << 20,
-                 commits_in_flight: int = 4, checkpoint_pages: int = 10_000) -> None:
+                 commits_in_flight: int = 4, checkpoint_pages: int = 10_000,
+                 patch_pages: bool = True) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the
         smaller the pages, the fewer bytes a scattered update records (1024 records a
         quarter of 4096's for single-row updates, and is as fast here; rows larger than
@@ -94,7 +96,9 @@ class SQLiteStore:
         the database. `commits_in_flight`: how many commits' log appends may be under
         way at once. `checkpoint_pages`: the WAL's size (in frames) at which the store
         checkpoints it into the database at a commit (recorded as the pages' copies, not
-        their bytes: a player runs the same checkpoint)."""
+        their bytes: a player runs the same checkpoint). `patch_pages`: record each
+        frame as its page's difference from the version before it (`sqlite_wal`), not
+        whole."""
         if folder is None:
             raise GazetteError("SQLiteStore needs the shard's recovery log: give the "
                                "shard a recovery_log_prefix (and a hint_prefix)")
@@ -109,6 +113,7 @@ class SQLiteStore:
         self.rewrite_min_bytes = rewrite_min_bytes
         self.max_commits = commits_in_flight
         self.checkpoint_pages = checkpoint_pages
+        self.patch_pages = patch_pages
         self.checkpoints = 0  # checkpoints this store ran (and recorded)
         self.rewrites = 0  # rewrites this store made (its creation's included)
         self.wal_recorded = 0  # WAL bytes it recorded
@@ -126,10 +131,11 @@ class SQLiteStore:
         self._rewriting: asyncio.Task[None] | None = None
         self._rewritten: asyncio.Future[None] | None = None
         self._wal_fnode = 0  # the fnode the WAL's frames are recorded into
-        #: The WAL's frames since it began: each page's last (the WAL offset of its
-        #: bytes), and the database's size in pages as of the last commit frame.
-        self._latest: dict[int, int] = {}
-        self._npages = 0
+        self._wal_frames = WalFrames(4096)  # (of the database's page size once open)
+        #: The database file's pages, mapped (patches read their versions there), and
+        #: its fd; dropped when the file changes.
+        self._db_fd = -1
+        self._db_map: tuple[mmap.mmap | None, np.ndarray] | None = None
 
     @property
     def db(self) -> apsw.Connection:
@@ -187,7 +193,8 @@ class SQLiteStore:
                        "synchronous=OFF", f"cache_size={int(self.cache_pages)}",
                        "wal_autocheckpoint=0"):
             db.execute(f"PRAGMA {pragma}")
-        self._frame_bytes = FRAME_HEADER + _one(db, "PRAGMA page_size")
+        self._wal_frames = WalFrames(_one(db, "PRAGMA page_size"))
+        self._frame_bytes = self._wal_frames.frame_bytes
         db.set_wal_hook(self._on_wal)
         rewrite = fresh or not folder.exists(self._wal) or not self._clean_wal()
         if not rewrite:
@@ -201,8 +208,8 @@ class SQLiteStore:
             self._open_wal()
             self._db_stat = self._stat()
             self._wal_fnode = folder.recorder.fnode(self._wal) or 0
-            for _ in self._read_wal(0, self._wal_end):  # (its frames noted)
-                pass
+            for _ in self._wal_frames.read(self._wal_fd, 0, self._wal_end, REWRITE_CHUNK):
+                pass  # (its frames noted)
             self._record_wal()
         return rewrite, row
 
@@ -251,6 +258,10 @@ class SQLiteStore:
         if self._wal_fd >= 0:
             os.close(self._wal_fd)
             self._wal_fd = -1
+        self._unmap_database()
+        if self._db_fd >= 0:
+            os.close(self._db_fd)
+            self._db_fd = -1
 
     # -- recording the WAL --
 
@@ -268,59 +279,68 @@ class SQLiteStore:
 
     def _record_wal(self) -> None:
         """Record the WAL bytes SQLite committed since the last time (whole frames,
-        through its last commit), and note which page each frame holds."""
-        end = WAL_HEADER + self._frames * self._frame_bytes if self._frames else 0
+        through its last commit): as patches against the versions before them, or (while
+        a rewrite records the database: the log's database is not the local one yet)
+        whole."""
+        wal = self._wal_frames
+        end = wal.end_of(self._frames)
         if end < self._wal_end:
             raise StoreChanged(f"{self.path}: SQLite restarted its WAL outside a rewrite "
                                "(was it checkpointed by the application?)")
         recorder, fnode = self.folder.recorder, self._wal_fnode
-        for start, data in self._read_wal(self._wal_end, end):
-            recorder.write(fnode, start, data)
-        self._since_rewrite += end - self._wal_end
-        self.wal_recorded += end - self._wal_end
+        patching = self.patch_pages and self._rewritten is None
+        recorded = 0
+        for start, data, before in wal.read(self._wal_fd, self._wal_end, end, REWRITE_CHUNK):
+            if patching:
+                db_fnode = recorder.fnode(self.name)
+                assert db_fnode is not None
+                table, sources, xored = wal.patch(data, start, before, self._wal_fd, fnode,
+                                                  self._database()[1], db_fnode)
+                recorded += recorder.patch(fnode, start, table, xored, sources)
+            else:
+                recorder.write(fnode, start, data)
+                recorded += len(data)
+        self._since_rewrite += recorded
+        self.wal_recorded += recorded
         self._wal_end = end
 
-    def _read_wal(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-        """The WAL's bytes [start, end) in pieces of whole frames, each piece's frames
-        noted (`_latest`, `_npages`)."""
-        fs = self._frame_bytes
-        frames = struct.Struct(f">II{fs - 8}x")
-        per_read = max(1, REWRITE_CHUNK // fs) * fs
-        while start < end:
-            first = WAL_HEADER if start == 0 else 0
-            size = min(end - start, per_read + first)
-            data = os.pread(self._wal_fd, size, start)
-            if len(data) != size:
-                raise StoreChanged(f"{self._wal_path} is shorter than SQLite says")
-            at = start + first + FRAME_HEADER
-            latest = self._latest
-            for page, commit in frames.iter_unpack(memoryview(data)[first:]):
-                latest[page] = at
-                at += fs
-                if commit:
-                    self._npages = commit
-            yield start, data
-            start += size
+    def _database(self) -> tuple[mmap.mmap | None, np.ndarray]:
+        if self._db_map is None:
+            if self._db_fd < 0:
+                self._db_fd = os.open(self.path, os.O_RDONLY)
+            self._db_map = database_pages(self._db_fd, self._wal_frames.page_size)
+        return self._db_map
+
+    def _unmap_database(self) -> None:
+        view = self._db_map[0] if self._db_map is not None else None
+        self._db_map = None  # (its array first: a map with views cannot close)
+        if view is not None:
+            view.close()
+
+    def _database_changed(self) -> None:
+        """(After a checkpoint or a rewrite's: the mapped pages are stale.)"""
+        self._unmap_database()
+        self._db_stat = self._stat()
 
     def _checkpoint(self) -> None:
         """Checkpoint the WAL into the database locally (SQLite starts it anew), and
         record that as the copies of each page's last frame into the database: a player
         runs the same checkpoint, from the same WAL, to the same bytes."""
-        recorder, ps = self.folder.recorder, self._frame_bytes - FRAME_HEADER
+        recorder, wal = self.folder.recorder, self._wal_frames
         db_fnode = recorder.fnode(self.name)
         assert db_fnode is not None
-        pairs = sorted((at, (page - 1) * ps) for page, at in self._latest.items()
-                       if page <= self._npages)
-        size = self._npages * ps
+        pairs, size = wal.copies(), wal.npages * wal.page_size
+        self._unmap_database()  # (before SQLite changes the file)
         self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         if os.fstat(self._wal_fd).st_size or os.path.getsize(self.path) != size:
             raise StoreChanged(f"{self.path}: its checkpoint did not leave the WAL empty "
                                f"and the database at {size} bytes")
-        recorder.copy(self._wal_fnode, db_fnode, ps, pairs)
+        recorder.copy(self._wal_fnode, db_fnode, wal.page_size, pairs)
         recorder.truncate(db_fnode, size)
         recorder.truncate(self._wal_fnode, 0)
-        self._latest, self._frames, self._wal_end = {}, 0, 0
-        self._db_stat = self._stat()
+        wal.restart()
+        self._frames = self._wal_end = 0
+        self._database_changed()
         self.checkpoints += 1
 
     def _clean_wal(self) -> bool:
@@ -343,7 +363,7 @@ class SQLiteStore:
         return commit_size != 0 and header[16:24] == struct.pack(">II", salt1, salt2)
 
     def _db_bytes(self) -> int:
-        return _one(self.db, "PRAGMA page_count") * (self._frame_bytes - FRAME_HEADER)
+        return _one(self.db, "PRAGMA page_count") * self._wal_frames.page_size
 
     def _stat(self) -> tuple[int, int]:
         st = os.stat(self.path)
@@ -356,21 +376,26 @@ class SQLiteStore:
 
     # -- rewriting --
 
+    async def _read_image(self, fd: int, offset: int) -> bytes:
+        """A piece of the database a rewrite records (in a worker thread)."""
+        return await asyncio.to_thread(os.pread, fd, REWRITE_CHUNK, offset)
+
     def _begin_rewrite(self) -> int:
         """Checkpoint the WAL into the database locally (SQLite starts its WAL anew),
         and record the database's new file and the new WAL's, under temporary names:
         the WAL's frames go to the new one from here. Returns the new database's fnode
         (`_rewrite` records its content, then renames both into place)."""
         recorder = self.folder.recorder
+        self._unmap_database()
         self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         self._open_wal()
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
-        self._db_stat = self._stat()
+        self._database_changed()
         image = recorder.create(self.name + ".rewrite")
         self._wal_fnode = recorder.create(self._wal + ".rewrite")
         self._frames = self._wal_end = self._since_rewrite = 0
-        self._latest = {}
+        self._wal_frames.restart()
         self._rewritten = asyncio.get_running_loop().create_future()
         self._rewritten.add_done_callback(_retrieved)
         return image
@@ -388,7 +413,7 @@ class SQLiteStore:
             try:
                 size, offset = os.fstat(image).st_size, 0
                 while offset < size:
-                    data = await asyncio.to_thread(os.pread, image, REWRITE_CHUNK, offset)
+                    data = await self._read_image(image, offset)
                     recorder.write(fnode, offset, data)
                     offset += len(data)
                     landing.append(asyncio.ensure_future(folder.land(recorder.seal())))

@@ -19,7 +19,7 @@ from typing import Any
 
 from gazette.errors import GazetteError, ValidationError
 from gazette.pb import recoverylog_pb2 as rpb
-from gazette.recoverylog.ops import Kind, Op, chain
+from gazette.recoverylog.ops import Kind, Op, chain, sources_of
 
 
 class OutOfSequence(GazetteError):
@@ -221,28 +221,36 @@ class FSM:
                     del self.live[fnode]
                     self._retain(fnode, node)
                     return
-            elif kind is Kind.COPY:
-                if op.offset not in self.live:
-                    raise InconsistentOp(f"copy into fnode {fnode} (offset {op.begin}): "
-                                         f"no live file {op.offset} to copy from")
-                node.sources.add(op.offset)
+            elif kind in (Kind.COPY, Kind.PATCH):
+                try:
+                    sources = {op.offset} if kind is Kind.COPY else sources_of(op.path)
+                except ValueError as err:
+                    raise InconsistentOp(f"{kind.name.lower()} of fnode {fnode} (offset "
+                                         f"{op.begin}): {err}") from None
+                missing = sources - set(self.live)
+                if missing:
+                    raise InconsistentOp(f"{kind.name.lower()} into fnode {fnode} (offset "
+                                         f"{op.begin}): no live file {min(missing)} to "
+                                         "read from")
+                node.sources |= sources - {fnode}
         self._extend(self.live[fnode], op)
 
     def _retain(self, fnode: int, node: _Fnode) -> None:
-        """`fnode` died: kept while a live fnode copied from it (its content then is
-        part of theirs); and what only the dead needed is let go."""
-        needed = {s for n in (*self.live.values(), *self.retained.values())
-                  for s in n.sources}
-        if fnode in needed:
-            self.retained[fnode] = node
-        while True:
-            needed = {s for n in (*self.live.values(), *self.retained.values())
-                      for s in n.sources}
-            gone = [f for f in self.retained if f not in needed]
-            if not gone:
-                return
-            for f in gone:
-                del self.retained[f]
+        """`fnode` died: kept while a live fnode read from it, directly or through
+        other dead ones (their content then is part of theirs); and what no live fnode
+        needs any more is let go."""
+        self.retained[fnode] = node
+        needed: set[int] = set()
+        stack = [f for n in self.live.values() for f in n.sources]
+        while stack:
+            f = stack.pop()
+            if f in needed:
+                continue
+            needed.add(f)
+            source = self.live.get(f) or self.retained.get(f)
+            if source is not None:
+                stack.extend(source.sources)
+        self.retained = {f: n for f, n in self.retained.items() if f in needed}
 
     def _extend(self, node: _Fnode, op: Op) -> None:
         last = node.segments[-1] if node.segments else None

@@ -26,7 +26,16 @@ from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
-from gazette.recoverylog.ops import CorruptLog, Decoder, Kind, Op, copies, record
+from gazette.recoverylog.ops import (
+    CorruptLog,
+    Decoder,
+    Kind,
+    Op,
+    copies,
+    patched,
+    record,
+    xor,
+)
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
 
 log = logging.getLogger(__name__)
@@ -210,6 +219,14 @@ class Player:
                         raise OSError(f"copy of {block} bytes at {src_offset} of fnode "
                                       f"{op.offset}: it holds only {len(chunk)} there")
                     os.pwrite(dst, chunk, offset)
+            elif kind is Kind.PATCH:
+                blocks, xored = patched(data)
+                bases = b"".join(os.pread(self._fds[src], n, at) if src else bytes(n)
+                                 for src, at, n in blocks)
+                if len(bases) != len(xored):
+                    raise OSError(f"patch at {op.offset} of fnode {fnode}: a block it "
+                                  "reads is past the end of its file")
+                os.pwrite(self._fds[fnode], xor(xored, bases), op.offset)
             elif kind is Kind.LINK:
                 assert path is not None
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints
-from gazette.recoverylog.ops import Kind, copy_data, record
+from gazette.recoverylog.ops import Block, Kind, copy_data, patch_data, patch_sources, record
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,20 @@ class Recorder:
         for at in range(0, len(pairs), MAX_COPY_PAIRS):
             data = copy_data(block, pairs[at:at + MAX_COPY_PAIRS])
             self._record(Kind.COPY, fnode=dst, offset=src, length=len(data), data=data)
+
+    def patch(self, fnode: int, offset: int, blocks: list[Block] | bytes,
+              xored: bytes | bytearray | memoryview, sources: set[int] | None = None
+              ) -> int:
+        """Bytes written at `offset`, given as `blocks` (source fnode, source offset,
+        length: 0 for zeros; or packed, with the `sources` they read) XORed with
+        `xored`: a stretch that mostly repeats bytes the files hold already records
+        little once compressed. Returns the bytes its data takes."""
+        data = patch_data(blocks, xored)
+        path = patch_sources(blocks) if isinstance(blocks, list) else \
+            ",".join(str(f) for f in sorted(sources or ()))
+        self._record(Kind.PATCH, fnode=fnode, offset=offset, length=len(data), path=path,
+                     data=data)
+        return len(data)
 
     def truncate(self, fnode: int, size: int) -> None:
         self._record(Kind.TRUNCATE, fnode=fnode, length=size)

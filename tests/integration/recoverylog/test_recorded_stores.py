@@ -287,8 +287,16 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     from gazette.consumer import sqlite
 
     monkeypatch.setattr(sqlite, "REWRITE_CHUNK", 1024)  # a rewrite of many appends
+    held = asyncio.Event()
+
+    class Held(SQLiteStore):
+        async def _read_image(self, fd: int, offset: int) -> bytes:
+            if offset >= 4096 and self.rewrites:  # (not the creation's)
+                await held.wait()  # the process dies before the rewrite ends
+            return await super()._read_image(fd, offset)
+
     folder = await take(client, "stores/midrewrite", tmp_path / "primary", 0xD1)
-    store = SQLiteStore(folder, rewrite_factor=0.01, rewrite_min_bytes=0)
+    store = Held(folder, rewrite_factor=0.01, rewrite_min_bytes=0)
     await store.restore_checkpoint()
     store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
     store.db.executemany("INSERT INTO kv VALUES (?, ?)",

@@ -222,7 +222,7 @@ def test_a_copy_names_its_blocks_and_needs_a_live_source() -> None:
     log.op(Kind.CREATE, path="wal")  # fnode 2
     copy = log.op(Kind.COPY, fnode=1, offset=2, length=len(data), data=data)
     assert Decoder("log", 0).feed(bytes(log.raw))[2] == (copy, data)
-    with pytest.raises(InconsistentOp, match="no live file 9 to copy from"):
+    with pytest.raises(InconsistentOp, match="no live file 9 to read from"):
         log.op(Kind.COPY, fnode=1, offset=9, length=len(data), data=data)
 
 
@@ -241,3 +241,24 @@ def test_a_dead_file_a_live_one_copied_from_stays_in_the_hints() -> None:
     assert hints.live_nodes[2][-1].last_seq_no == 5
     log.op(Kind.UNLINK, fnode=1, path="db")  # and let go once nothing needs it
     assert log.fsm.hints("log").live_nodes == {} and not log.fsm.retained
+
+
+def test_a_patch_round_trips_and_reads_live_files_only() -> None:
+    from gazette.recoverylog.ops import patch_data, patch_sources, patched, xor
+
+    blocks = [(0, 0, 3), (2, 10, 4)]
+    data = patch_data(blocks, b"abcWXYZ")
+    assert patched(data)[0] == blocks and bytes(patched(data)[1]) == b"abcWXYZ"
+    assert xor(b"\x01\x02", b"\x03\x02") == b"\x02\x00"
+    with pytest.raises(ValueError, match="blocks of 7 bytes"):
+        patch_data(blocks, b"abc")
+    with pytest.raises(ValueError, match="does not decompress"):
+        patched(b"not zstd")
+    log = Log()
+    log.op(Kind.CREATE, path="wal")  # 1
+    log.op(Kind.CREATE, path="db")   # 2
+    log.op(Kind.PATCH, fnode=1, offset=0, length=len(data), data=data,
+           path=patch_sources(blocks))
+    assert log.fsm.live[1].sources == {2}
+    with pytest.raises(InconsistentOp, match="no live file 7 to read from"):
+        log.op(Kind.PATCH, fnode=1, offset=0, length=len(data), data=data, path="7")
