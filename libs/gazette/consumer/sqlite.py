@@ -49,6 +49,7 @@ The checkpoint table::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mmap
 import os
 import struct
@@ -64,7 +65,8 @@ from gazette.consumer.sqlite_wal import FRAME_HEADER, WAL_HEADER, WalFrames, dat
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
-from gazette.recoverylog.recorder import Sealed, _retrieved
+from gazette.recoverylog.ops import Kind
+from gazette.recoverylog.recorder import Later, Sealed, _retrieved
 
 #: Database bytes read and recorded per write while a rewrite records the database.
 REWRITE_CHUNK = 4 << 20
@@ -132,6 +134,9 @@ class SQLiteStore:
         self._rewritten: asyncio.Future[None] | None = None
         self._wal_fnode = 0  # the fnode the WAL's frames are recorded into
         self._wal_frames = WalFrames(4096)  # (of the database's page size once open)
+        #: While a rewrite records the database: its fnode, and its pages recorded.
+        self._image_fnode = 0
+        self._imaged_pages = 0
         #: The database file's pages, mapped (patches read their versions there), and
         #: its fd; dropped when the file changes.
         self._db_fd = -1
@@ -251,6 +256,8 @@ class SQLiteStore:
         if self._rewriting is not None and not self._rewriting.done():
             self._rewriting.cancel()
             await asyncio.gather(self._rewriting, return_exceptions=True)
+        with contextlib.suppress(GazetteError):  # (a frame being encoded: its end)
+            self.folder.recorder.settle()
         if db is not None:
             self.folder.recorder.detach()
             db.set_wal_hook(None)
@@ -258,7 +265,7 @@ class SQLiteStore:
         if self._wal_fd >= 0:
             os.close(self._wal_fd)
             self._wal_fd = -1
-        self._unmap_database()
+        self._unmap_database(settle=False)
         if self._db_fd >= 0:
             os.close(self._db_fd)
             self._db_fd = -1
@@ -279,30 +286,46 @@ class SQLiteStore:
 
     def _record_wal(self) -> None:
         """Record the WAL bytes SQLite committed since the last time (whole frames,
-        through its last commit): as patches against the versions before them, or (while
-        a rewrite records the database: the log's database is not the local one yet)
-        whole."""
+        through its last commit), in the recorder's thread: read back, their pages
+        noted, and told as patches against the versions before them where most have
+        one (`sqlite_wal`), else whole. While a rewrite records the database, patches
+        read only its pages recorded so far (the log's database is not the local one
+        yet). What they read stays as it is until the recorder settles them: the WAL
+        through here, and the database (checkpoints and rewrites settle first)."""
         wal = self._wal_frames
         end = wal.end_of(self._frames)
         if end < self._wal_end:
             raise StoreChanged(f"{self.path}: SQLite restarted its WAL outside a rewrite "
                                "(was it checkpointed by the application?)")
-        recorder, fnode = self.folder.recorder, self._wal_fnode
-        patching = self.patch_pages and self._rewritten is None
-        recorded = 0
-        for start, data, before in wal.read(self._wal_fd, self._wal_end, end, REWRITE_CHUNK):
-            if patching:
-                db_fnode = recorder.fnode(self.name)
-                assert db_fnode is not None
-                table, sources, xored = wal.patch(data, start, before, self._wal_fd, fnode,
-                                                  self._database()[1], db_fnode)
-                recorded += recorder.patch(fnode, start, table, xored, sources)
+        if end == self._wal_end:
+            return
+        recorder, fnode, wal_fd, start = self.folder.recorder, self._wal_fnode, \
+            self._wal_fd, self._wal_end
+        pages, db_fnode = np.zeros((0, wal.page_size), np.uint8), 0
+        if self.patch_pages:
+            pages = self._database()[1]
+            if self._rewritten is None:
+                db_fnode = recorder.fnode(self.name) or 0
             else:
-                recorder.write(fnode, start, data)
-                recorded += len(data)
-        self._since_rewrite += recorded
-        self.wal_recorded += recorded
+                db_fnode, pages = self._image_fnode, pages[:self._imaged_pages]
+
+        def make() -> list[Later]:
+            out: list[Later] = []
+            for at, data, before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
+                if self.patch_pages and wal.worth_patching(data, before, len(pages)):
+                    table, xored, sources = wal.patch(data, at, before, wal_fd, fnode,
+                                                      pages, db_fnode)
+                    out.append((Kind.PATCH, fnode, at, xored, table, sources))
+                else:
+                    out.append((Kind.WRITE, fnode, at, data, None, set()))
+            return out
+
+        recorder.record_later(make, self._recorded)
         self._wal_end = end
+
+    def _recorded(self, n: int) -> None:
+        self._since_rewrite += n
+        self.wal_recorded += n
 
     def _database(self) -> tuple[mmap.mmap | None, np.ndarray]:
         if self._db_map is None:
@@ -311,7 +334,9 @@ class SQLiteStore:
             self._db_map = database_pages(self._db_fd, self._wal_frames.page_size)
         return self._db_map
 
-    def _unmap_database(self) -> None:
+    def _unmap_database(self, *, settle: bool = True) -> None:
+        if settle:
+            self.folder.recorder.settle()  # (a frame being encoded may read the pages)
         view = self._db_map[0] if self._db_map is not None else None
         self._db_map = None  # (its array first: a map with views cannot close)
         if view is not None:
@@ -327,6 +352,7 @@ class SQLiteStore:
         record that as the copies of each page's last frame into the database: a player
         runs the same checkpoint, from the same WAL, to the same bytes."""
         recorder, wal = self.folder.recorder, self._wal_frames
+        recorder.settle()  # (its frames noted)
         db_fnode = recorder.fnode(self.name)
         assert db_fnode is not None
         pairs, size = wal.copies(), wal.npages * wal.page_size
@@ -392,7 +418,8 @@ class SQLiteStore:
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
         self._database_changed()
-        image = recorder.create(self.name + ".rewrite")
+        image = self._image_fnode = recorder.create(self.name + ".rewrite")
+        self._imaged_pages = 0
         self._wal_fnode = recorder.create(self._wal + ".rewrite")
         self._frames = self._wal_end = self._since_rewrite = 0
         self._wal_frames.restart()
@@ -416,6 +443,7 @@ class SQLiteStore:
                     data = await self._read_image(image, offset)
                     recorder.write(fnode, offset, data)
                     offset += len(data)
+                    self._imaged_pages = offset // self._wal_frames.page_size
                     landing.append(asyncio.ensure_future(folder.land(recorder.seal())))
                     if len(landing) >= REWRITE_IN_FLIGHT:
                         await landing.pop(0)

@@ -21,6 +21,8 @@ import numpy as np
 
 #: The WAL's header, and each frame's header (before its page), in bytes.
 WAL_HEADER, FRAME_HEADER = 32, 24
+#: Pieces of the WAL smaller than this are recorded whole (a patch's fixed costs).
+PATCH_MIN_BYTES = 256 << 10
 #: A patch's blocks, packed as `gazette.recoverylog.ops` has them.
 PATCH_BLOCK_DTYPE = np.dtype([("fnode", "<u4"), ("offset", "<u8"), ("length", "<u4")])
 
@@ -69,6 +71,17 @@ class WalFrames:
             yield start, data, before
             start += size
 
+    def worth_patching(self, data: bytes, before: list[int], db_pages: int) -> bool:
+        """Whether a piece is worth a patch: big enough, and most of its frames have a
+        version before them (a patch of pages new to the database only compresses
+        them: cheaper recorded whole)."""
+        if len(data) < PATCH_MIN_BYTES:
+            return False
+        first = WAL_HEADER if len(data) % self.frame_bytes else 0
+        pages = np.frombuffer(data, ">u4", offset=first)[::self.frame_bytes // 4]
+        have = (np.array(before) >= 0) | (pages <= db_pages)
+        return bool(have.sum() * 2 >= len(before))
+
     def copies(self) -> list[tuple[int, int]]:
         """A checkpoint's copies: (WAL offset, database offset) of each page's last
         frame, for the pages the database holds as of the last transaction (SQLite's
@@ -79,10 +92,11 @@ class WalFrames:
 
     def patch(self, data: bytes, start: int, before: list[int], wal_fd: int,
               wal_fnode: int, db: np.ndarray, db_fnode: int
-              ) -> tuple[bytes, set[int], bytes]:
+              ) -> tuple[bytes, bytes, set[int]]:
         """`data` (the WAL's bytes at `start`, whole frames, as `read` gave them with
-        `before`) told as a patch: its blocks (packed), the fnodes they read, and the
-        bytes XORed with them. `db`: the database file's pages (rows)."""
+        `before`) told as a patch: its blocks (packed), the bytes XORed with them, and
+        the fnodes they read. `db`: the database file's pages (rows). Reads the WAL
+        before `start` and `db`: they must not change meanwhile (any thread)."""
         fs, ps = self.frame_bytes, self.page_size
         first = WAL_HEADER if start == 0 else 0
         n = (len(data) - first) // fs
@@ -117,7 +131,7 @@ class WalFrames:
         page_blocks["offset"][in_db] = (pages[in_db] - 1) * ps
         sources = ({wal_fnode} if in_wal.any() else set()) | \
             ({db_fnode} if in_db.any() else set())
-        return table.tobytes(), sources, data[:first] + xored.tobytes()
+        return table.tobytes(), data[:first] + xored.tobytes(), sources
 
 
 def database_pages(fd: int, page_size: int) -> tuple[mmap.mmap | None, np.ndarray]:

@@ -140,6 +140,8 @@ def copies(data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, i
 
 _PATCH_COUNT = struct.Struct("<I")
 _PATCH_BLOCK = struct.Struct("<IQI")  # source fnode (0: zeros), source offset, length
+#: zstd's level for patches (negative: faster, less compression).
+PATCH_LEVEL = 1
 #: The most bytes a patch writes (a corrupt one fails clearly instead of inflating).
 MAX_PATCH_BYTES = 256 << 20
 
@@ -150,14 +152,17 @@ def patch_data(blocks: list[Block] | bytes, xored: bytes | bytearray | memoryvie
     """A `PATCH`'s data: its blocks (source fnode, source offset, length) in order, or
     those packed (16 bytes each, little-endian: as `pack_blocks`), and the bytes each
     is XORed with (their lengths summed), compressed."""
-    table = blocks if isinstance(blocks, bytes) else pack_blocks(blocks)
-    if len(table) % _PATCH_BLOCK.size:
-        raise ValueError(f"a packed block table of {len(table)} bytes")
-    total = sum(b[2] for b in _PATCH_BLOCK.iter_unpack(table))
-    if total != len(xored):
-        raise ValueError(f"blocks of {total} bytes, XORed with {len(xored)}")
+    if isinstance(blocks, bytes):  # (packed by a caller that made them add up)
+        table = blocks
+        if len(table) % _PATCH_BLOCK.size:
+            raise ValueError(f"a packed block table of {len(table)} bytes")
+    else:
+        total = sum(b[2] for b in blocks)
+        if total != len(xored):
+            raise ValueError(f"blocks of {total} bytes, XORed with {len(xored)}")
+        table = pack_blocks(blocks)
     count = _PATCH_COUNT.pack(len(table) // _PATCH_BLOCK.size)
-    return bytes(cramjam.zstd.compress(b"".join((count, table, xored)), level=1))
+    return bytes(cramjam.zstd.compress(b"".join((count, table, xored)), level=PATCH_LEVEL))
 
 
 def pack_blocks(blocks: list[Block]) -> bytes:

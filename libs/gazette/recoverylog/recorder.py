@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter
@@ -24,7 +27,16 @@ from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints
-from gazette.recoverylog.ops import Block, Kind, copy_data, patch_data, patch_sources, record
+from gazette.recoverylog.ops import (
+    Block,
+    Kind,
+    Op,
+    chain,
+    copy_data,
+    patch_data,
+    patch_sources,
+    record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +70,27 @@ class Sealed:
     """A commit taken from the recorder (`Recorder.seal`): its frames, where they land,
     and the hints of the log as it leaves it."""
 
-    __slots__ = ("data", "hints", "landed", "offset", "ops", "ready")
+    __slots__ = ("data", "hints", "landed", "offset", "ops", "ready", "tail", "want_hints")
 
     def __init__(self, data: bytearray, ops: int, offset: int, hints: Hints | None
                  ) -> None:
         self.data, self.ops, self.offset, self.hints = data, ops, offset, hints
         self.ready = False  # `land` was called: it may be sent
+        #: Its last frame, still being encoded (`Recorder.patch_later`): it is added
+        #: (and the hints taken, if wanted) once done.
+        self.tail: concurrent.futures.Future[_Encoded] | None = None
+        self.want_hints = False
         self.landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.landed.add_done_callback(_retrieved)
+
+
+#: Frames encoded in the recorder's thread: their bytes, their ops, and a callback
+#: told the bytes of their data once they are taken in.
+_Encoded = tuple[bytes, list[Op], Callable[[int], None] | None]
+#: An operation to encode there: kind (WRITE or PATCH), fnode, offset, its bytes (a
+#: patch's XORed bytes), and a patch's packed blocks and sources (None, empty for a
+#: write).
+Later = tuple[Kind, int, int, bytes | memoryview, bytes | None, set[int]]
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:
@@ -89,6 +114,11 @@ class Recorder:
         self._unsent: collections.deque[Sealed] = collections.deque()  # sealed, in order
         self._sends: set[asyncio.Future[None]] = set()  # appends under way
         self._last_send: asyncio.Future[None] | None = None  # the last one's outcome
+        #: The last frame, still being encoded in `_encoder`'s thread, and the sealed
+        #: commit it ends if it was sealed meanwhile.
+        self._encoder: concurrent.futures.ThreadPoolExecutor | None = None
+        self._encoding: concurrent.futures.Future[_Encoded] | None = None
+        self._encoding_sealed: Sealed | None = None
         #: Held while recording and while a commit takes the buffer: a store's engine
         #: may record from a worker thread.
         self.lock = threading.RLock()
@@ -130,6 +160,7 @@ class Recorder:
                path: str = "", data: bytes | bytearray | memoryview = b"") -> int:
         fsm = self.fsm
         with self.lock:
+            self._settle()
             seq_no = fsm.next_seq_no
             # The frame lands here (after a commit under way): commits append at the
             # expected head, in order, or fail.
@@ -187,6 +218,78 @@ class Recorder:
                      data=data)
         return len(data)
 
+    def record_later(self, make: Callable[[], list[Later]],
+                     recorded: Callable[[int], None] | None = None) -> None:
+        """Operations (`WRITE` or `PATCH`: kind, fnode, offset, data, and for a patch
+        its blocks packed and its sources) that `make` computes in the recorder's own
+        thread, encoded there too, while the caller goes on: the next operation
+        recorded, or a commit's landing, waits for them. `make` must read only what
+        stays as it is until then. `recorded` is told the bytes their data took."""
+        if not self._check_recording():
+            return
+        with self.lock:
+            self._close_write()
+            self._settle()
+            fsm, author = self.fsm, self.author
+            seq_no, checksum = fsm.next_seq_no, fsm.next_checksum
+            begin = self.head + self._inflight + len(self._pending)
+
+            def encode() -> _Encoded:
+                frames, ops, at, seq, sum_ = bytearray(), [], begin, seq_no, checksum
+                for kind, fnode, offset, payload, blocks, sources in make():
+                    if kind is Kind.PATCH:
+                        assert blocks is not None
+                        data = patch_data(blocks, payload)
+                        path = ",".join(str(f) for f in sorted(sources))
+                    else:
+                        data, path = bytes(payload), ""
+                    frame, op = record(kind, seq, sum_, author, at, fnode=fnode,
+                                       offset=offset, length=len(data), path=path,
+                                       data=data)
+                    frames += frame
+                    ops.append(op)
+                    at, seq, sum_ = op.end, seq + 1, chain(sum_, op.crc)
+                return bytes(frames), ops, recorded
+
+            if self._encoder is None:
+                self._encoder = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix=f"encode:{self.log}")
+            self._encoding = self._encoder.submit(encode)
+            self._encoding_sealed = None
+
+    def _settle(self) -> None:
+        """Take in the frames being encoded, if any (under `lock`): into what is
+        pending, or the commit sealed with them."""
+        fut = self._encoding
+        if fut is None:
+            return
+        self._encoding = None
+        try:
+            frame, ops, recorded = fut.result()
+        except BaseException as err:
+            self.failed = self.failed or err
+            raise RecorderFenced(f"recovery log {self.log}: encoding a frame failed: "
+                                 f"{err}") from err
+        for op in ops:
+            self.fsm.apply(op)
+        sealed, self._encoding_sealed = self._encoding_sealed, None
+        if sealed is None:
+            self._pending += frame
+            self._ops += len(ops)
+        else:
+            sealed.data += frame
+            sealed.ops += len(ops)
+            self._inflight += len(frame)
+            if sealed.want_hints:
+                sealed.hints = self.fsm.hints(self.log)
+        if recorded is not None:
+            recorded(sum(op.length for op in ops))
+
+    def settle(self) -> None:
+        """Wait for the frame being encoded (what it reads may change from here)."""
+        with self.lock:
+            self._settle()
+
     def truncate(self, fnode: int, size: int) -> None:
         self._record(Kind.TRUNCATE, fnode=fnode, length=size)
 
@@ -217,6 +320,8 @@ class Recorder:
         self._detached = True
         self.failed = self.failed or RecorderFenced(f"recovery log {self.log}: the "
                                                     "recorder was detached")
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False, cancel_futures=True)
 
     def fnode(self, path: str) -> int | None:
         return self.fsm.links.get(path)
@@ -238,11 +343,18 @@ class Recorder:
         with self.lock:
             self._raise_failed()
             self._close_write()
+            if self._encoding_sealed is not None:  # the last seal's frame: take it in
+                self._settle()
             data, ops = self._pending, self._ops
             self._pending, self._ops = bytearray(), 0
+            encoding = self._encoding
             sealed = Sealed(data, ops, self.head + self._inflight,
-                            self.fsm.hints(self.log) if hints else None)
+                            self.fsm.hints(self.log) if hints and encoding is None
+                            else None)
             self._inflight += len(data)
+            if encoding is not None:  # its last frame: added once encoded
+                sealed.tail, sealed.want_hints = encoding, hints
+                self._encoding_sealed = sealed
             self._unsent.append(sealed)
         return sealed
 
@@ -251,6 +363,12 @@ class Recorder:
         once it and every earlier one landed; raises `RecorderFenced` if the log was
         taken over, and any failure leaves the recorder failed (the store must be played
         again from the log). Returns the sealed hints."""
+        if sealed.tail is not None:
+            with contextlib.suppress(BaseException):  # (its failure: raised by settle)
+                await asyncio.wrap_future(sealed.tail)
+            with self.lock:
+                if self._encoding_sealed is sealed:
+                    self._settle()
         sealed.ready = True
         self._pump()
         try:
@@ -343,7 +461,8 @@ class Recorder:
 
     def hints(self) -> Hints:
         """Hints of what is committed (call between commits)."""
-        if self._pending or self._inflight or self._open is not None:
+        if self._pending or self._encoding is not None or self._inflight or \
+                self._open is not None:
             raise GazetteError(f"recovery log {self.log}: hints asked for with "
                                f"{self.pending_bytes + self._inflight} bytes not committed")
         return self.fsm.hints(self.log)

@@ -301,10 +301,13 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
     store.db.executemany("INSERT INTO kv VALUES (?, ?)",
                          [(k, "x" * 200) for k in range(500)])
-    await store.start_commit(checkpoint(1), [])  # durable; a rewrite begins after it
+    await store.start_commit(checkpoint(1), [])
+    # (What a commit recorded counts once it is encoded: the next one rewrites.)
+    store.db.execute("INSERT INTO kv VALUES (-2, 'before the rewrite')")
+    await store.start_commit(checkpoint(2), [])  # durable; a rewrite begins after it
     assert store.rewriting
     store.db.execute("INSERT INTO kv VALUES (-1, 'during the rewrite')")
-    during = store.start_commit(checkpoint(2), [])
+    during = store.start_commit(checkpoint(3), [])
     await asyncio.sleep(0.05)
     assert store.rewriting and not during.done()  # its frames landed; it waits
     folder.recorder.detach()  # the process is gone mid-rewrite
@@ -314,9 +317,9 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
 
     successor = SQLiteStore(await take(client, "stores/midrewrite", tmp_path / "next",
                                        0xD2))
-    assert await successor.restore_checkpoint() == checkpoint(1)
-    assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (500,)
+    assert await successor.restore_checkpoint() == checkpoint(2)
+    assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (501,)
     assert not (tmp_path / "next" / "store.db.rewrite").exists()
     assert not successor.folder.exists("store.db-wal.rewrite")
-    await sqlite_history(successor, random.Random(12), 3, first=1)  # and it goes on
+    await sqlite_history(successor, random.Random(12), 3, first=2)  # and it goes on
     await successor.close()
