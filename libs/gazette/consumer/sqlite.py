@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import mmap
 import os
 import struct
 from collections.abc import Awaitable, Sequence
@@ -61,7 +60,7 @@ import apsw
 import numpy as np
 
 from gazette.consumer.checkpoint import Checkpoint
-from gazette.consumer.sqlite_wal import FRAME_HEADER, WAL_HEADER, WalFrames, database_pages
+from gazette.consumer.sqlite_wal import FRAME_HEADER, WAL_HEADER, Mapped, WalFrames
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
@@ -137,10 +136,11 @@ class SQLiteStore:
         #: While a rewrite records the database: its fnode, and its pages recorded.
         self._image_fnode = 0
         self._imaged_pages = 0
-        #: The database file's pages, mapped (patches read their versions there), and
-        #: its fd; dropped when the file changes.
-        self._db_fd = -1
-        self._db_map: tuple[mmap.mmap | None, np.ndarray] | None = None
+        #: The database file and the WAL, mapped (patches read the versions before
+        #: there), and the database's size in pages as of its last change.
+        self._db_map: Mapped | None = None
+        self._wal_map: Mapped | None = None
+        self._db_pages = 0
 
     @property
     def db(self) -> apsw.Connection:
@@ -262,13 +262,15 @@ class SQLiteStore:
             self.folder.recorder.detach()
             db.set_wal_hook(None)
             db.close(True)
+        for mapped in (self._db_map, self._wal_map):
+            if mapped is not None:
+                mapped.close()
+                if mapped.fd != self._wal_fd:
+                    os.close(mapped.fd)
+        self._db_map = self._wal_map = None
         if self._wal_fd >= 0:
             os.close(self._wal_fd)
             self._wal_fd = -1
-        self._unmap_database(settle=False)
-        if self._db_fd >= 0:
-            os.close(self._db_fd)
-            self._db_fd = -1
 
     # -- recording the WAL --
 
@@ -301,20 +303,24 @@ class SQLiteStore:
             return
         recorder, fnode, wal_fd, start = self.folder.recorder, self._wal_fnode, \
             self._wal_fd, self._wal_end
-        pages, db_fnode = np.zeros((0, wal.page_size), np.uint8), 0
+        db, db_fnode = np.zeros((0, wal.page_size), np.uint8), 0
         if self.patch_pages:
-            pages = self._database()[1]
+            db = self._database()
             if self._rewritten is None:
                 db_fnode = recorder.fnode(self.name) or 0
             else:
-                db_fnode, pages = self._image_fnode, pages[:self._imaged_pages]
+                db_fnode, db = self._image_fnode, db[:self._imaged_pages]
+            if self._wal_map is None:
+                self._wal_map = Mapped(wal_fd)
+        wal_map = self._wal_map
 
         def make() -> list[Later]:
             out: list[Later] = []
-            for at, data, before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
-                if self.patch_pages and wal.worth_patching(data, before, len(pages)):
-                    table, xored, sources = wal.patch(data, at, before, wal_fd, fnode,
-                                                      pages, db_fnode)
+            for at, data, pages, before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
+                if wal_map is not None and wal.worth_patching(data, pages, before,
+                                                              len(db)):
+                    table, xored, sources = wal.patch(data, at, pages, before, wal_map,
+                                                      fnode, db, db_fnode)
                     out.append((Kind.PATCH, fnode, at, xored, table, sources))
                 else:
                     out.append((Kind.WRITE, fnode, at, data, None, set()))
@@ -327,25 +333,17 @@ class SQLiteStore:
         self._since_rewrite += n
         self.wal_recorded += n
 
-    def _database(self) -> tuple[mmap.mmap | None, np.ndarray]:
+    def _database(self) -> np.ndarray:
+        """The database file's pages as of its last change (rows)."""
         if self._db_map is None:
-            if self._db_fd < 0:
-                self._db_fd = os.open(self.path, os.O_RDONLY)
-            self._db_map = database_pages(self._db_fd, self._wal_frames.page_size)
-        return self._db_map
-
-    def _unmap_database(self, *, settle: bool = True) -> None:
-        if settle:
-            self.folder.recorder.settle()  # (a frame being encoded may read the pages)
-        view = self._db_map[0] if self._db_map is not None else None
-        self._db_map = None  # (its array first: a map with views cannot close)
-        if view is not None:
-            view.close()
+            self._db_map = Mapped(os.open(self.path, os.O_RDONLY))
+        ps = self._wal_frames.page_size
+        return self._db_map.view(self._db_pages * ps).reshape(-1, ps)
 
     def _database_changed(self) -> None:
-        """(After a checkpoint or a rewrite's: the mapped pages are stale.)"""
-        self._unmap_database()
+        """(After a checkpoint or a rewrite's.)"""
         self._db_stat = self._stat()
+        self._db_pages = self._db_stat[0] // self._wal_frames.page_size
 
     def _checkpoint(self) -> None:
         """Checkpoint the WAL into the database locally (SQLite starts it anew), and
@@ -356,7 +354,7 @@ class SQLiteStore:
         db_fnode = recorder.fnode(self.name)
         assert db_fnode is not None
         pairs, size = wal.copies(), wal.npages * wal.page_size
-        self._unmap_database()  # (before SQLite changes the file)
+        # (Frames being encoded read the database and the WAL as they are until here.)
         self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         if os.fstat(self._wal_fd).st_size or os.path.getsize(self.path) != size:
             raise StoreChanged(f"{self.path}: its checkpoint did not leave the WAL empty "
@@ -412,7 +410,7 @@ class SQLiteStore:
         the WAL's frames go to the new one from here. Returns the new database's fnode
         (`_rewrite` records its content, then renames both into place)."""
         recorder = self.folder.recorder
-        self._unmap_database()
+        recorder.settle()  # (frames being encoded read the database and the WAL)
         self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         self._open_wal()
         if os.fstat(self._wal_fd).st_size:

@@ -125,8 +125,13 @@ _COPY_BLOCK = struct.Struct("<I")
 _COPY_PAIR = struct.Struct("<QQ")
 
 
-def copy_data(block: int, pairs: list[tuple[int, int]]) -> bytes:
-    """A `COPY`'s data: blocks of `block` bytes, each (source offset, offset)."""
+def copy_data(block: int, pairs: list[tuple[int, int]] | bytes) -> bytes:
+    """A `COPY`'s data: blocks of `block` bytes, each (source offset, offset), or
+    those packed (16 bytes each, little-endian)."""
+    if isinstance(pairs, bytes):
+        if len(pairs) % _COPY_PAIR.size:
+            raise ValueError(f"packed copies of {len(pairs)} bytes")
+        return _COPY_BLOCK.pack(block) + pairs
     return _COPY_BLOCK.pack(block) + b"".join(_COPY_PAIR.pack(s, d) for s, d in pairs)
 
 

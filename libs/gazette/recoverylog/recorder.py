@@ -197,11 +197,14 @@ class Recorder:
             # A caller's buffer may change after this returns: bytes are kept as they are.
             self._open = (fnode, offset, data if isinstance(data, bytes) else bytes(data))
 
-    def copy(self, src: int, dst: int, block: int, pairs: list[tuple[int, int]]) -> None:
+    def copy(self, src: int, dst: int, block: int,
+             pairs: list[tuple[int, int]] | bytes) -> None:
         """Blocks of `block` bytes copied from `src` into `dst`, each (source offset,
-        offset): what a store records instead of bytes it moved between its files."""
-        for at in range(0, len(pairs), MAX_COPY_PAIRS):
-            data = copy_data(block, pairs[at:at + MAX_COPY_PAIRS])
+        offset), or those packed (`ops.copy_data`): what a store records instead of
+        bytes it moved between its files."""
+        step = MAX_COPY_PAIRS * (16 if isinstance(pairs, bytes) else 1)
+        for at in range(0, len(pairs), step):
+            data = copy_data(block, pairs[at:at + step])
             self._record(Kind.COPY, fnode=dst, offset=src, length=len(data), data=data)
 
     def patch(self, fnode: int, offset: int, blocks: list[Block] | bytes,
