@@ -231,11 +231,14 @@ async def run_recovered(client: JournalClient, recovery: Recovery, spec: ShardSp
 async def keep_hints(etcd: Etcd, spec: ShardSpec, folder: RecordedFolder) -> None:
     """Write the store's hints to etcd every `HINTS_INTERVAL` (if they changed); a
     failed write is logged and tried again next time. Hints that start later in the log
-    than the last written (the store rewrote its files: `SQLiteStore`) replace the
-    backups too: older hints would keep the log's dead stretches from being pruned."""
+    than the last written (the store rewrote its files: `SQLiteStore`) are written at
+    once, and replace the backups too: older hints would keep the log's dead stretches
+    from being pruned."""
     written = folder.hints
     while True:
-        await asyncio.sleep(HINTS_INTERVAL)
+        with contextlib.suppress(TimeoutError):  # (or at once, when they moved on)
+            await asyncio.wait_for(folder.moved.wait(), HINTS_INTERVAL)
+        folder.moved.clear()
         hints = folder.hints
         if hints is None or hints == written:
             continue

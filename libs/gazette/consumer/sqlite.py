@@ -60,7 +60,13 @@ import apsw
 import numpy as np
 
 from gazette.consumer.checkpoint import Checkpoint
-from gazette.consumer.sqlite_wal import FRAME_HEADER, WAL_HEADER, Mapped, WalFrames
+from gazette.consumer.sqlite_wal import (
+    FRAME_HEADER,
+    PATCH_MIN_BYTES,
+    WAL_HEADER,
+    Mapped,
+    WalFrames,
+)
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
@@ -85,7 +91,7 @@ class SQLiteStore:
 
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
                  cache_pages: int = 2000, page_size: int = 4096,
-                 rewrite_factor: float = 1.5, rewrite_min_bytes: int = 64 << 20,
+                 rewrite_factor: float = 1.0, rewrite_min_bytes: int = 64 << 20,
                  commits_in_flight: int = 4, checkpoint_pages: int = 10_000,
                  patch_pages: bool = True) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the
@@ -303,6 +309,17 @@ class SQLiteStore:
             return
         recorder, fnode, wal_fd, start = self.folder.recorder, self._wal_fnode, \
             self._wal_fd, self._wal_end
+        if end - start < PATCH_MIN_BYTES or not self.patch_pages:
+            # Recorded whole, here: cheaper than a hand-off to the recorder's thread
+            # (which the frames are noted after, in order).
+            recorder.settle()
+            recorded = 0
+            for at, data, _pages, _before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
+                recorder.write(fnode, at, data)
+                recorded += len(data)
+            self._recorded(recorded)
+            self._wal_end = end
+            return
         db, db_fnode = np.zeros((0, wal.page_size), np.uint8), 0
         if self.patch_pages:
             db = self._database()

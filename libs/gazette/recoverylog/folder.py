@@ -13,6 +13,7 @@ Names are relative to the folder (``a.db``, ``sub/b.json``); the played folder a
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path, PurePosixPath
 
@@ -66,6 +67,9 @@ class RecordedFolder:
         self.root, self.recorder = root, recorder
         #: Hints of the log as the last commit left it (None: none yet).
         self.hints: Hints | None = None
+        #: Set when landed hints start later in the log than those before (the store
+        #: rewrote its files): the older stretch can be pruned once they are stored.
+        self.moved = asyncio.Event()
 
     def path(self, name: str) -> Path:
         return self.root / _relative(name)
@@ -126,4 +130,6 @@ class RecordedFolder:
         become the folder's."""
         hints = await self.recorder.land(sealed)
         if hints is not None and (self.hints is None or hints.through >= self.hints.through):
+            if self.hints is not None and hints.first_offset() > self.hints.first_offset():
+                self.moved.set()
             self.hints = hints

@@ -301,13 +301,19 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
     store.db.executemany("INSERT INTO kv VALUES (?, ?)",
                          [(k, "x" * 200) for k in range(500)])
-    await store.start_commit(checkpoint(1), [])
-    # (What a commit recorded counts once it is encoded: the next one rewrites.)
-    store.db.execute("INSERT INTO kv VALUES (-2, 'before the rewrite')")
-    await store.start_commit(checkpoint(2), [])  # durable; a rewrite begins after it
-    assert store.rewriting
+    # Commits until one begins a rewrite (what a commit recorded may count only once
+    # it is encoded): that one is sealed before it, and durable.
+    n = 1
+    while True:
+        commit = store.start_commit(checkpoint(n), [])
+        if store.rewriting:
+            await commit
+            break
+        await commit
+        n += 1
+        store.db.execute("INSERT INTO kv VALUES (?, 'before the rewrite')", (-1 - n,))
     store.db.execute("INSERT INTO kv VALUES (-1, 'during the rewrite')")
-    during = store.start_commit(checkpoint(3), [])
+    during = store.start_commit(checkpoint(n + 1), [])
     await asyncio.sleep(0.05)
     assert store.rewriting and not during.done()  # its frames landed; it waits
     folder.recorder.detach()  # the process is gone mid-rewrite
@@ -317,9 +323,9 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
 
     successor = SQLiteStore(await take(client, "stores/midrewrite", tmp_path / "next",
                                        0xD2))
-    assert await successor.restore_checkpoint() == checkpoint(2)
-    assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (501,)
+    assert await successor.restore_checkpoint() == checkpoint(n)
+    assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (500 + n - 1,)
     assert not (tmp_path / "next" / "store.db.rewrite").exists()
     assert not successor.folder.exists("store.db-wal.rewrite")
-    await sqlite_history(successor, random.Random(12), 3, first=2)  # and it goes on
+    await sqlite_history(successor, random.Random(12), 3, first=n)  # and it goes on
     await successor.close()
