@@ -335,7 +335,25 @@ async def bench_log_bound(client: JournalClient, workdir: Path) -> dict[str, Any
     db_bytes = store._db_bytes()
     head = await client.write_head("bench/bound")
     rewrites = store.rewrites
+    await folder.commit()
+    hints = folder.hints
+    assert hints is not None
+    want = store.db.execute("SELECT count(*), sum(length(v)) FROM kv").fetchone()
     await store.close()
+    # A cold start from what prune keeps: the database as last rewritten, and the WAL
+    # since, mostly patches (played against the pages they patch).
+    played_at = time.perf_counter()
+    successor_folder, player = await take(client, "bench/bound", workdir / "bound-next",
+                                          0x41, hints)
+    successor = SQLiteStore(successor_folder, **STORE_OPTIONS)
+    await successor.restore_checkpoint()
+    played_s = time.perf_counter() - played_at
+    got = successor.db.execute("SELECT count(*), sum(length(v)) FROM kv").fetchone()
+    assert got == want, (got, want)
+    assert successor.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    await successor.close()
+    log(f"log bound: a successor played {player.progress.played / MiB:.0f} MiB of it in "
+        f"{played_s:.2f} s")
     log(f"log bound: {t} transactions in {elapsed:.1f} s recorded {written / MiB:.0f} MiB "
         f"of WAL over a {db_bytes / MiB:.0f} MiB database ({rewrites} rewrites); the log "
         f"is {head / MiB:.0f} MiB; {len(kept)} prunes kept at most {max(kept):.2f}x the "
@@ -344,7 +362,9 @@ async def bench_log_bound(client: JournalClient, workdir: Path) -> dict[str, Any
             "log_after_prune_vs_db_last": round(kept[-1], 2),
             "log_bound_db_mib": round(db_bytes / MiB, 1),
             "log_bound_wal_vs_db": round(written / db_bytes, 1),
-            "log_bound_rewrites": rewrites}
+            "log_bound_rewrites": rewrites,
+            "log_bound_cold_start_s": round(played_s, 2),
+            "log_bound_played_mib": round(player.progress.played / MiB, 1)}
 
 
 async def bench_cold_start(client: JournalClient, workdir: Path) -> dict[str, Any]:

@@ -38,6 +38,14 @@ RESTART_INITIAL, RESTART_MAX = 0.2, 10.0
 HEALTHY_SECONDS = 10.0
 
 
+def retrieved(fut: asyncio.Future[Any]) -> None:
+    """A done callback for a future whose failure is reported elsewhere (or not at
+    all: it is one of many that fail alike): it is marked retrieved, so asyncio does
+    not log it as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 def await_chain(task: asyncio.Future[Any]) -> str:
     """Where a task waits: each coroutine it awaits, innermost last (a task's own stack
     shows only its outermost frame)."""

@@ -3,13 +3,17 @@ standby each (`hot_standbys: 1`), on three ``gazette-consumer serve`` members: a
 primary's member SIGKILLed, every member restarted in turn with SIGTERM (each drain hands
 its shards to their caught-up standbys), the broker primary of a recovery log
 SIGKILLed, etcd restarted. Afterwards every stream's sum is exact, in the output and in
-the databases played back from the logs alone. The test prints the longest any finished
+the databases played back from the logs alone. The stores record in every mode, often
+(`EVERY_MODE`: pages as their differences, checkpoints as copies, rewrites in the
+background; the logs are checked to hold each). The test prints the longest any finished
 stream waited for its sum, and, during the rolling restart, the longest wait of probes
 sent every 20 ms: the longest processing pause a hand-off caused."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
 import os
 import tempfile
 import time
@@ -23,6 +27,7 @@ from gazette.client import JournalClient, RetryPolicy
 from gazette.keyspace import Etcd, Layout, Txn
 from gazette.protocol import ReplicaState, ReplicaStatus
 from gazette.recoverylog import Player
+from gazette.recoverylog.ops import Decoder, Kind
 from gazette_broker.reads import GAP_WAIT_SECONDS
 from gazette_consumer.examples.stream_sum import APP, LOGS, Driver
 from tests.fault.sums import (
@@ -79,6 +84,25 @@ async def played_sums(client: JournalClient, root: Path) -> dict[str, tuple[int,
     return out
 
 
+#: SQLiteStore's options in the fault test: every way of recording, often.
+EVERY_MODE = {"page_size": 1024, "rewrite_min_bytes": 64 << 10, "rewrite_factor": 0.5,
+              "checkpoint_pages": 64, "patch_min_bytes": 0}
+
+
+async def recorded_kinds(client: JournalClient) -> collections.Counter[Kind | str]:
+    """How many operations of each kind the shards' logs hold (and "rewrites": the
+    databases recorded whole, at creation and after)."""
+    kinds: collections.Counter[Kind | str] = collections.Counter()
+    for shard in SHARDS:
+        log = f"{LOGS}{shard}"
+        decoder = Decoder(log, 0)
+        async for chunk in client.read(log, 0, end_offset=await client.write_head(log)):
+            for op, _ in decoder.feed(chunk.content):
+                kinds[op.kind] += 1
+                kinds["rewrites"] += op.kind is Kind.CREATE and op.path == "store.db.rewrite"
+    return kinds
+
+
 async def probe(driver: Driver, probes: list[str]) -> None:
     """Until cancelled: a stream of no data chunks (its last chunk only) every 20 ms;
     each one's wait for its sum is how long processing paused when it came."""
@@ -97,7 +121,8 @@ async def ready(cluster: Cluster) -> None:
 @pytest.mark.timeout(300)
 async def test_sqlite_sums_exact_with_hot_standbys_through_faults(tmp_path: Path) -> None:
     started = time.monotonic()
-    env = dict(os.environ)
+    # Every recording mode, often: pages as differences, checkpoints as copies, rewrites.
+    env = dict(os.environ, STREAM_SUM_SQLITE=json.dumps(EVERY_MODE))
     async with running_cluster(tmp_path, recovery_logs=True, hot_standbys=1) as cluster:
         members = [cluster.member(name, env, zone) for name, zone in
                    (("m0", "zone-a"), ("m1", "zone-a"), ("m2", "zone-b"))]
@@ -156,6 +181,8 @@ async def test_sqlite_sums_exact_with_hot_standbys_through_faults(tmp_path: Path
             assert summary.ok, f"{summary.line()}\n{cluster.diagnosis()}"
             with tempfile.TemporaryDirectory(dir=tmp_path) as played:
                 assert await played_sums(client, Path(played)) == driver.expected
+            kinds = await recorded_kinds(client)
+            assert kinds[Kind.PATCH] and kinds[Kind.COPY] and kinds["rewrites"] > 1, kinds
             pauses = sorted(driver.waits[p] for p in probes)
     print(f"\nrecovery-log faults (SQLite, hot_standbys 1): {summary.line()}; faults: "
           f"{cluster.faults}; longest wait for a sum {summary.longest_wait:.2f}s; during "

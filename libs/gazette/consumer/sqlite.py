@@ -71,7 +71,8 @@ from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
 from gazette.recoverylog.ops import Kind
-from gazette.recoverylog.recorder import Later, Sealed, _retrieved
+from gazette.recoverylog.recorder import Later, Sealed
+from gazette.supervise import retrieved
 
 #: Database bytes read and recorded per write while a rewrite records the database.
 REWRITE_CHUNK = 4 << 20
@@ -93,7 +94,7 @@ class SQLiteStore:
                  cache_pages: int = 2000, page_size: int = 4096,
                  rewrite_factor: float = 1.0, rewrite_min_bytes: int = 64 << 20,
                  commits_in_flight: int = 4, checkpoint_pages: int = 10_000,
-                 patch_pages: bool = True) -> None:
+                 patch_pages: bool = True, patch_min_bytes: int = PATCH_MIN_BYTES) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the
         smaller the pages, the fewer bytes a scattered update records (1024 records a
         quarter of 4096's for single-row updates, and is as fast here; rows larger than
@@ -105,7 +106,7 @@ class SQLiteStore:
         checkpoints it into the database at a commit (recorded as the pages' copies, not
         their bytes: a player runs the same checkpoint). `patch_pages`: record each
         frame as its page's difference from the version before it (`sqlite_wal`), not
-        whole."""
+        whole, for commits of `patch_min_bytes` of WAL or more."""
         if folder is None:
             raise GazetteError("SQLiteStore needs the shard's recovery log: give the "
                                "shard a recovery_log_prefix (and a hint_prefix)")
@@ -120,7 +121,7 @@ class SQLiteStore:
         self.rewrite_min_bytes = rewrite_min_bytes
         self.max_commits = commits_in_flight
         self.checkpoint_pages = checkpoint_pages
-        self.patch_pages = patch_pages
+        self.patch_pages, self.patch_min_bytes = patch_pages, patch_min_bytes
         self.checkpoints = 0  # checkpoints this store ran (and recorded)
         self.rewrites = 0  # rewrites this store made (its creation's included)
         self.wal_recorded = 0  # WAL bytes it recorded
@@ -244,7 +245,7 @@ class SQLiteStore:
                 self.rewrite_min_bytes, self.rewrite_factor * self._db_bytes()):
             image = self._begin_rewrite()
             self._rewriting = asyncio.ensure_future(self._rewrite(image))
-            self._rewriting.add_done_callback(_retrieved)
+            self._rewriting.add_done_callback(retrieved)
         db.execute("BEGIN")
         return asyncio.ensure_future(self._land(sealed, wait_for, after))
 
@@ -309,7 +310,7 @@ class SQLiteStore:
             return
         recorder, fnode, wal_fd, start = self.folder.recorder, self._wal_fnode, \
             self._wal_fd, self._wal_end
-        if end - start < PATCH_MIN_BYTES or not self.patch_pages:
+        if end - start < self.patch_min_bytes or not self.patch_pages:
             # Recorded whole, here: cheaper than a hand-off to the recorder's thread
             # (which the frames are noted after, in order).
             recorder.settle()
@@ -334,8 +335,8 @@ class SQLiteStore:
         def make() -> list[Later]:
             out: list[Later] = []
             for at, data, pages, before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
-                if wal_map is not None and wal.worth_patching(data, pages, before,
-                                                              len(db)):
+                if wal_map is not None and wal.worth_patching(
+                        data, pages, before, len(db), self.patch_min_bytes):
                     table, xored, sources = wal.patch(data, at, pages, before, wal_map,
                                                       fnode, db, db_fnode)
                     out.append((Kind.PATCH, fnode, at, xored, table, sources))
@@ -439,7 +440,7 @@ class SQLiteStore:
         self._frames = self._wal_end = self._since_rewrite = 0
         self._wal_frames.restart()
         self._rewritten = asyncio.get_running_loop().create_future()
-        self._rewritten.add_done_callback(_retrieved)
+        self._rewritten.add_done_callback(retrieved)
         return image
 
     async def _rewrite(self, fnode: int) -> None:

@@ -112,11 +112,11 @@ class WalFrames:
             start += size
 
     def worth_patching(self, data: bytes, pages: np.ndarray, before: np.ndarray,
-                       db_pages: int) -> bool:
+                       db_pages: int, min_bytes: int = PATCH_MIN_BYTES) -> bool:
         """Whether a piece is worth a patch: big enough, and most of its frames have a
         version before them (a patch of pages new to the database only compresses
         them: cheaper recorded whole)."""
-        if len(data) < PATCH_MIN_BYTES:
+        if len(data) < min_bytes:
             return False
         return bool(((before >= 0) | (pages <= db_pages)).sum() * 2 >= len(pages))
 

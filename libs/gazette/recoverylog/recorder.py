@@ -18,7 +18,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import Counter
 
@@ -37,6 +36,7 @@ from gazette.recoverylog.ops import (
     patch_sources,
     record,
 )
+from gazette.supervise import retrieved
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Sealed:
         self.tail: concurrent.futures.Future[_Encoded] | None = None
         self.want_hints = False
         self.landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.landed.add_done_callback(_retrieved)
+        self.landed.add_done_callback(retrieved)  # (failed alike)
 
 
 #: Frames encoded in the recorder's thread: their bytes, their ops, and a callback
@@ -91,12 +91,6 @@ _Encoded = tuple[bytes, list[Op], Callable[[int], None] | None]
 #: patch's XORed bytes), and a patch's packed blocks and sources (None, empty for a
 #: write).
 Later = tuple[Kind, int, int, bytes | memoryview, bytes | None, set[int]]
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """(A commit nobody waits for any more may fail unseen: its recorder is failed.)"""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class Recorder:
@@ -412,7 +406,7 @@ class Recorder:
                 batch.append(unsent.popleft())
             before, self._last_send = self._last_send, \
                 asyncio.get_running_loop().create_future()
-            self._last_send.add_done_callback(_retrieved)
+            self._last_send.add_done_callback(retrieved)  # (failed alike)
             task = asyncio.ensure_future(self._send(batch, before, self._last_send))
             self._sends.add(task)
             task.add_done_callback(self._sent)

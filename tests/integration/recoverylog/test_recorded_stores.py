@@ -59,6 +59,14 @@ async def take(client: JournalClient, log: str, root: Path, author: int,
     return RecordedFolder(root, recorder)
 
 
+async def sqlite_on(client: JournalClient, log: str, root: Path, author: int,
+                    hints: Hints | None = None) -> SQLiteStore:
+    """A SQLiteStore on `log`, played into `root`, restored."""
+    store = SQLiteStore(await take(client, log, root, author, hints))
+    await store.restore_checkpoint()
+    return store
+
+
 def rows(db: apsw.Connection) -> list[tuple[int, str]]:
     return [(int(k), str(v)) for k, v in db.execute("SELECT k, v FROM kv ORDER BY k")]
 
@@ -211,9 +219,8 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
 
 async def test_commits_under_way_at_once_land_in_order(
         client: JournalClient, tmp_path: Path) -> None:
-    folder = await take(client, "stores/pipelined", tmp_path / "primary", 0xA1)
-    store = SQLiteStore(folder)
-    await store.restore_checkpoint()
+    store = await sqlite_on(client, "stores/pipelined", tmp_path / "primary", 0xA1)
+    folder = store.folder
     store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
     gates = [asyncio.get_running_loop().create_future() for _ in range(6)]
     commits = []
@@ -226,9 +233,9 @@ async def test_commits_under_way_at_once_land_in_order(
     await asyncio.gather(*commits)
     hints = folder.hints
     await store.close()
-    successor = SQLiteStore(await take(client, "stores/pipelined", tmp_path / "next", 0xA2,
-                                       hints))
-    assert await successor.restore_checkpoint() == checkpoint(6)
+    successor = await sqlite_on(client, "stores/pipelined", tmp_path / "next", 0xA2, hints)
+    assert Checkpoint.decode(bytes(successor.db.execute(
+        "SELECT checkpoint FROM gazette_checkpoint").fetchone()[0])) == checkpoint(6)
     assert rows(successor.db) == [(t, f"txn {t}") for t in range(6)]
     await successor.close()
 
@@ -237,9 +244,7 @@ async def test_a_checkpoint_the_store_did_not_run_fails_it(
         client: JournalClient, tmp_path: Path) -> None:
     from gazette.consumer.sqlite import StoreChanged
 
-    folder = await take(client, "stores/foreign", tmp_path / "primary", 0xB1)
-    store = SQLiteStore(folder)
-    await store.restore_checkpoint()
+    store = await sqlite_on(client, "stores/foreign", tmp_path / "primary", 0xB1)
     await sqlite_history(store, random.Random(11), 2)
     store.db.execute("COMMIT")
     store.db.execute("PRAGMA wal_checkpoint(FULL)")  # the application's own

@@ -5,6 +5,8 @@ writes the rows a transaction changed (`dirty`) as the transaction finishes."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -73,9 +75,15 @@ class SqliteSums:
     def __init__(self, shard: Shard) -> None:
         from gazette.consumer import SQLiteStore  # apsw: only when it is used
 
-        self.sqlite = SQLiteStore(shard.folder)
+        # SQLiteStore's options, as JSON (the fault tests turn every mode on often).
+        options = json.loads(os.environ.get("STREAM_SUM_SQLITE") or "{}")
+        self.sqlite = SQLiteStore(shard.folder, **options)
         self.state: dict[str, dict[str, Any]] = {}
         self.dirty: set[str] = set()
+
+    @property
+    def commits_in_flight(self) -> int:
+        return self.sqlite.commits_in_flight
 
     async def restore_checkpoint(self) -> Checkpoint:
         checkpoint = await self.sqlite.restore_checkpoint()
