@@ -26,10 +26,12 @@ uncompressed fragments in a `file:///` store), then:
   without - 1 (target <= 0.5 random, <= 0.25 sequential); also
   `sqlite_txn_per_s_recorded` / `_plain`, and `recorded_mib_per_txn`, the log bytes one
   transaction cost (its WAL frames, and its share of the rewrites);
-- `log_after_prune_vs_db`: a table of 500,000 rows updated at random until 30 times the
-  database went to the WAL (an hour-equivalent of sustained updates), hints kept as a
-  primary keeps them; the log a prune would leave, over the database's size (target
-  <= 3);
+- `log_after_prune_vs_db`: a table of 1,000,000 rows (~110 MiB) updated at random
+  until 20 times the database was recorded of its WAL (as patches: ~80 times of WAL
+  frames; an hour-equivalent of sustained updates), hints kept as a primary keeps
+  them, a prune at each hint write: the most a prune kept, over the database's size
+  (target <= 3; `_last`: at the end); `log_bound_cold_start_s`: a successor playing
+  what the last prune kept (`log_bound_played_mib`) and opening the store;
 - `cold_start_s`: a store of ~1 GiB (`cold_start_store_mib`: its database and WAL; 1 KiB
   random rows, 1,000 per transaction, through `SQLiteStore` on its log, 4 KiB pages)
   rebuilt by a fresh member from the hints of its last commit: `Player(client, log,
@@ -89,7 +91,7 @@ STORE_ROWS, STORE_ROW_BYTES = int(os.environ.get("COLD_ROWS", 800_000)), 1024
 #: The log-size phase: a table of BOUND_ROWS rows, updated at random (1,000 rows a
 #: transaction) until BOUND_VOLUME times the database was written to the WAL; the
 #: primary's hints are taken every BOUND_HINT_EVERY transactions (as every 30 s).
-BOUND_ROWS, BOUND_VOLUME, BOUND_HINT_EVERY = 500_000, 30, 50
+BOUND_ROWS, BOUND_VOLUME, BOUND_HINT_EVERY = 1_000_000, 20, 50
 SPECS = """
 name: bench/
 replication: 1
