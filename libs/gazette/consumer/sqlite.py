@@ -113,9 +113,17 @@ class SQLiteStore:
         if page_size not in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
             raise GazetteError(f"SQLiteStore: page_size {page_size} is not a power of "
                                "two from 512 to 65536")
-        if rewrite_factor <= 0 or commits_in_flight < 1:
-            raise GazetteError("SQLiteStore: rewrite_factor must be positive and "
-                               "commits_in_flight at least 1")
+        for option, value, least in (("rewrite_factor", rewrite_factor, 0.0),
+                                     ("commits_in_flight", commits_in_flight, 1),
+                                     ("checkpoint_pages", checkpoint_pages, 1),
+                                     ("rewrite_min_bytes", rewrite_min_bytes, 0),
+                                     ("patch_min_bytes", patch_min_bytes, 0)):
+            positive = isinstance(least, float)  # (more than it, not at least)
+            if not isinstance(value, int | float) or value < least or \
+                    (positive and value == least):
+                want = "positive" if positive else f"at least {least}"
+                raise GazetteError(f"SQLiteStore: {option} must be a number, {want}, "
+                                   f"not {value!r}")
         self.folder, self.name, self.cache_pages = folder, name, cache_pages
         self.page_size, self.rewrite_factor = page_size, rewrite_factor
         self.rewrite_min_bytes = rewrite_min_bytes

@@ -177,8 +177,9 @@ class Player:
                 self._broken = self._error(offset, f"writing the files: "
                                            f"{applying.exception()}")
             raise
-        except OSError as err:
-            self._broken = self._error(offset, f"writing the files: {err}")
+        except (OSError, ValueError) as err:  # (ValueError: a copy's or patch's data)
+            at = getattr(err, "op_begin", offset)  # (where the failing frame starts)
+            self._broken = self._error(at, f"writing the files: {err}")
             raise self._broken from None
 
     def _sequence(self, frames: list[tuple[Op, bytes]]) -> list[tuple[Op, bytes, int]]:
@@ -198,48 +199,55 @@ class Player:
         return out
 
     def _apply(self, effects: list[tuple[Op, bytes, int]]) -> None:
-        """File effects, in a worker thread."""
+        """File effects, in a worker thread (a failure says which frame's)."""
         for op, data, fnode in effects:
-            kind, path = op.kind, self.root / op.path if op.path else None
-            if kind is Kind.CREATE:
-                assert path is not None
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._fds[fnode] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-                self._paths[fnode] = {path}
-            elif kind is Kind.WRITE:
-                os.pwrite(self._fds[fnode], data, op.offset)
-            elif kind is Kind.TRUNCATE:
-                os.ftruncate(self._fds[fnode], op.length)
-            elif kind is Kind.COPY:
-                block, pairs = copies(data)
-                src, dst = self._fds[op.offset], self._fds[fnode]
-                for src_offset, offset in pairs:
-                    chunk = os.pread(src, block, src_offset)
-                    if len(chunk) != block:
-                        raise OSError(f"copy of {block} bytes at {src_offset} of fnode "
-                                      f"{op.offset}: it holds only {len(chunk)} there")
-                    os.pwrite(dst, chunk, offset)
-            elif kind is Kind.PATCH:
-                blocks, xored = patched(data)
-                bases = b"".join(os.pread(self._fds[src], n, at) if src else bytes(n)
-                                 for src, at, n in blocks)
-                if len(bases) != len(xored):
-                    raise OSError(f"patch at {op.offset} of fnode {fnode}: a block it "
-                                  "reads is past the end of its file")
-                os.pwrite(self._fds[fnode], xor(xored, bases), op.offset)
-            elif kind is Kind.LINK:
-                assert path is not None
-                path.parent.mkdir(parents=True, exist_ok=True)
-                os.link(next(iter(self._paths[fnode])), path)
-                self._paths[fnode].add(path)
-            elif kind is Kind.UNLINK:
-                assert path is not None
-                os.unlink(path)
-                paths = self._paths[fnode]
-                paths.discard(path)
-                if not paths:
-                    del self._paths[fnode]
-                    os.close(self._fds.pop(fnode))
+            try:
+                self._apply_one(op, data, fnode)
+            except (OSError, ValueError) as err:
+                setattr(err, "op_begin", op.begin)  # noqa: B010 - (read in _applied)
+                raise
+
+    def _apply_one(self, op: Op, data: bytes, fnode: int) -> None:
+        kind, path = op.kind, self.root / op.path if op.path else None
+        if kind is Kind.CREATE:
+            assert path is not None
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fds[fnode] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._paths[fnode] = {path}
+        elif kind is Kind.WRITE:
+            os.pwrite(self._fds[fnode], data, op.offset)
+        elif kind is Kind.TRUNCATE:
+            os.ftruncate(self._fds[fnode], op.length)
+        elif kind is Kind.COPY:
+            block, pairs = copies(data)
+            src, dst = self._fds[op.offset], self._fds[fnode]
+            for src_offset, offset in pairs:
+                chunk = os.pread(src, block, src_offset)
+                if len(chunk) != block:
+                    raise OSError(f"copy of {block} bytes at {src_offset} of fnode "
+                                  f"{op.offset}: it holds only {len(chunk)} there")
+                os.pwrite(dst, chunk, offset)
+        elif kind is Kind.PATCH:
+            blocks, xored = patched(data)
+            bases = b"".join(os.pread(self._fds[src], n, at) if src else bytes(n)
+                             for src, at, n in blocks)
+            if len(bases) != len(xored):
+                raise OSError(f"patch at {op.offset} of fnode {fnode}: a block it "
+                              "reads is past the end of its file")
+            os.pwrite(self._fds[fnode], xor(xored, bases), op.offset)
+        elif kind is Kind.LINK:
+            assert path is not None
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.link(next(iter(self._paths[fnode])), path)
+            self._paths[fnode].add(path)
+        elif kind is Kind.UNLINK:
+            assert path is not None
+            os.unlink(path)
+            paths = self._paths[fnode]
+            paths.discard(path)
+            if not paths:
+                del self._paths[fnode]
+                os.close(self._fds.pop(fnode))
 
     async def handoff(self, author: int) -> Recorder:
         """Make this process the log's writer: play to the head, append a no-op exactly

@@ -334,3 +334,17 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     assert not successor.folder.exists("store.db-wal.rewrite")
     await sqlite_history(successor, random.Random(12), 3, first=n)  # and it goes on
     await successor.close()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"checkpoint_pages": 0}, "checkpoint_pages must be a number, at least 1, not 0"),
+    ({"rewrite_factor": -1}, "rewrite_factor must be a number, positive, not -1"),
+    ({"page_size": 1000}, "page_size 1000 is not a power of two"),
+    ({"patch_min_bytes": "x"}, "patch_min_bytes must be a number, at least 0, not 'x'"),
+])
+def test_bad_options_are_refused_naming_them(tmp_path: Path, options: dict[str, object],
+                                              message: str) -> None:
+    from gazette.errors import GazetteError
+
+    with pytest.raises(GazetteError, match=message):
+        SQLiteStore(object(), **options)  # type: ignore[arg-type]

@@ -43,6 +43,8 @@ children:
   - name: logs/four
   - name: logs/five
   - name: logs/six
+  - name: logs/seven
+  - name: logs/eight
 """
 
 
@@ -206,3 +208,34 @@ async def test_bad_logs_and_hints_fail_naming_the_shard_and_offset(
     with pytest.raises(PlaybackError, match="shard-5: playing recovery log logs/five at "
                                             "offset 0: no frame starts here"):
         await Player(client, "logs/five", tmp_path / "d", name="shard-5").play()
+
+
+async def test_a_copy_or_patch_that_cannot_be_played_fails_naming_where(
+        client: JournalClient, tmp_path: Path) -> None:
+    # A writer's bug, not a torn frame (its CRC is good): the data does not decode, or
+    # a block it reads is past its source's end.
+    rec = await Player(client, "logs/seven", tmp_path / "a").handoff(author=0x71)
+    files = Files(tmp_path / "a", rec)
+    files.write("db", 0, b"x" * 100)
+    wal = rec.create("wal")
+    await rec.commit()
+    at = rec.head
+    db = rec.fnode("db")
+    assert db is not None
+    rec.patch(db, 0, [(wal, 0, 4)], b"abcd")  # the WAL is empty: nothing at 0..4
+    await rec.commit()
+    with pytest.raises(PlaybackError, match=f"shard-7: playing recovery log logs/seven at "
+                                            f"offset {at}: writing the files: patch at 0 "
+                                            f"of fnode {db}: a block it reads is past"):
+        await Player(client, "logs/seven", tmp_path / "b", name="shard-7").play()
+    rec = await Player(client, "logs/eight", tmp_path / "c").handoff(author=0x81)
+    Files(tmp_path / "c", rec).write("db", 0, b"x" * 100)
+    await rec.commit()
+    at = rec.head
+    frame, _ = encode(Kind.PATCH, rec.fsm.next_seq_no, rec.fsm.next_checksum, 0x81,
+                      fnode=rec.fnode("db") or 0, length=9, data=b"not zstd!")
+    await client.append("logs/eight", frame)
+    with pytest.raises(PlaybackError, match=f"shard-8: playing recovery log logs/eight at "
+                                            f"offset {at}: writing the files: patch data "
+                                            "does not decompress"):
+        await Player(client, "logs/eight", tmp_path / "d", name="shard-8").play()

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from gazette.consumer import Checkpoint, Shard
+from gazette.errors import GazetteError
 
 #: Advisory lock of the table's creation (concurrent CREATE ... IF NOT EXISTS collide).
 _LOCK = 0x5354524D53554D
@@ -76,8 +77,13 @@ class SqliteSums:
         from gazette.consumer import SQLiteStore  # apsw: only when it is used
 
         # SQLiteStore's options, as JSON (the fault tests turn every mode on often).
-        options = json.loads(os.environ.get("STREAM_SUM_SQLITE") or "{}")
-        self.sqlite = SQLiteStore(shard.folder, **options)
+        raw = os.environ.get("STREAM_SUM_SQLITE") or "{}"
+        try:
+            options = json.loads(raw)
+            self.sqlite = SQLiteStore(shard.folder, **options)
+        except (ValueError, TypeError) as err:
+            raise GazetteError(f"STREAM_SUM_SQLITE: expected a JSON object of "
+                               f"SQLiteStore's options, got {raw!r}: {err}") from None
         self.state: dict[str, dict[str, Any]] = {}
         self.dirty: set[str] = set()
 
