@@ -36,6 +36,7 @@ children:
               for i in range(TRIALS)) + """
   - name: races/compaction
   - name: races/standby
+  - name: races/keep
 """
 
 
@@ -176,3 +177,51 @@ async def test_a_standby_stopped_while_it_writes_files_stops_once_they_are_writt
     await standby.handoff(0xD1)
     assert skipped_ops() == skipped, "the hand-off read nothing the standby had played"
     assert digest(tmp_path / "s") == digest(tmp_path / "p")
+
+
+async def test_hints_that_moved_on_replace_the_backups_too(
+        client: JournalClient, etcd: Etcd, etcd_prefix: str) -> None:
+    """A store that rewrote its files (`SQLiteStore`) leaves older hints naming a
+    stretch of the log prune could free: `everywhere` writes the new ones to every key,
+    and a later write leaves the backups as they are."""
+    spec = ShardSpec("moved", (ShardSource("in"),), recovery_log_prefix="races",
+                     hint_prefix=f"{etcd_prefix}/hints", hint_backups=2)
+    older, newer, newest = (Hints("races/moved", {}, through) for through in (5, 9, 12))
+    await store_hints(etcd, spec, older, rotate=True)
+    await store_hints(etcd, spec, older, rotate=True)
+    await store_hints(etcd, spec, older, rotate=True)
+    assert [h for _, h in await load_hints(etcd, spec)] == [older] * 3
+    assert await store_hints(etcd, spec, newer, everywhere=True)
+    assert [h for _, h in await load_hints(etcd, spec)] == [newer] * 3
+    assert await store_hints(etcd, spec, newest)
+    assert [h for _, h in await load_hints(etcd, spec)] == [newest, newer, newer]
+
+
+async def test_hints_that_moved_on_are_written_at_once(
+        client: JournalClient, etcd: Etcd, etcd_prefix: str, tmp_path: Path) -> None:
+    from gazette.consumer.recovery import HINTS_INTERVAL, keep_hints
+    from gazette.recoverylog import Segment
+
+    spec = ShardSpec("keep", (ShardSource("in"),), recovery_log_prefix="races",
+                     hint_prefix=f"{etcd_prefix}/hints", hint_backups=2)
+    root = tmp_path / "store"
+    folder = RecordedFolder(root, await Player(client, "races/keep", root).handoff(0x11))
+
+    def at(offset: int, through: int) -> Hints:
+        return Hints("races/keep", {1: [Segment(0x11, through, offset, 0, through,
+                                                offset + 10)]}, through)
+
+    folder.hints = at(0, 1)
+    keeping = asyncio.create_task(keep_hints(etcd, spec, folder))
+    await asyncio.sleep(0)  # (it starts from the hints written last)
+    try:
+        folder.hints = at(500, 2)  # a rewrite landed: the log's start moved on
+        folder.moved.set()
+        deadline = time.monotonic() + HINTS_INTERVAL / 3
+        while [h for _, h in await load_hints(etcd, spec)] != [at(500, 2)] * 3:
+            assert time.monotonic() < deadline, "the moved hints were not written at once"
+            await asyncio.sleep(0.05)
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+        folder.recorder.detach()
