@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import struct
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,6 @@ import numpy as np
 
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.sqlite_wal import (
-    FRAME_HEADER,
     PATCH_MIN_BYTES,
     WAL_HEADER,
     Mapped,
@@ -136,7 +134,6 @@ class SQLiteStore:
         self._db: apsw.Connection | None = None
         self._wal_fd = -1
         self._frames = 0  # WAL frames SQLite holds, as its WAL hook last said
-        self._frame_bytes = 0  # FRAME_HEADER + the database's page size
         self._wal_end = 0  # WAL bytes recorded
         self._since_rewrite = 0  # WAL bytes recorded since the last rewrite
         self._db_stat: tuple[int, int] = (0, 0)
@@ -214,12 +211,12 @@ class SQLiteStore:
                        "wal_autocheckpoint=0"):
             db.execute(f"PRAGMA {pragma}")
         self._wal_frames = WalFrames(_one(db, "PRAGMA page_size"))
-        self._frame_bytes = self._wal_frames.frame_bytes
         db.set_wal_hook(self._on_wal)
-        rewrite = fresh or not folder.exists(self._wal) or not self._clean_wal()
+        rewrite = fresh or not folder.exists(self._wal) or \
+            not self._wal_frames.whole(self._wal_path)
         if not rewrite:
             self._wal_end = os.path.getsize(self._wal_path)
-            self._frames = (self._wal_end - WAL_HEADER) // self._frame_bytes \
+            self._frames = (self._wal_end - WAL_HEADER) // self._wal_frames.frame_bytes \
                 if self._wal_end else 0
         db.execute("CREATE TABLE IF NOT EXISTS gazette_checkpoint (id INTEGER PRIMARY "
                    "KEY CHECK (id = 0), checkpoint BLOB NOT NULL)")
@@ -392,25 +389,6 @@ class SQLiteStore:
         self._frames = self._wal_end = 0
         self._database_changed()
         self.checkpoints += 1
-
-    def _clean_wal(self) -> bool:
-        """Whether the played WAL is whole frames through a commit frame of its own
-        generation (as this store records it; a log recorded otherwise is rewritten)."""
-        try:
-            size = os.path.getsize(self._wal_path)
-        except FileNotFoundError:
-            return False
-        if size == 0:
-            return True
-        if size < WAL_HEADER + self._frame_bytes or \
-                (size - WAL_HEADER) % self._frame_bytes:
-            return False
-        with open(self._wal_path, "rb") as wal:
-            header = wal.read(WAL_HEADER)
-            wal.seek(size - self._frame_bytes)
-            frame = wal.read(FRAME_HEADER)
-        _page, commit_size, salt1, salt2 = struct.unpack(">IIII", frame[:16])
-        return commit_size != 0 and header[16:24] == struct.pack(">II", salt1, salt2)
 
     def _db_bytes(self) -> int:
         return _one(self.db, "PRAGMA page_count") * self._wal_frames.page_size

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from collections.abc import Iterator
 
 import numpy as np
@@ -71,6 +72,25 @@ class WalFrames:
     def restart(self) -> None:
         self.latest.fill(-1)
         self.npages = 0
+
+    def whole(self, path: str) -> bool:
+        """Whether the WAL at `path` is whole frames through a commit frame of its own
+        generation (as `SQLiteStore` records it; a log recorded otherwise is rewritten)."""
+        try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:
+            return False
+        fs = self.frame_bytes
+        if size == 0:
+            return True
+        if size < WAL_HEADER + fs or (size - WAL_HEADER) % fs:
+            return False
+        with open(path, "rb") as wal:
+            header = wal.read(WAL_HEADER)
+            wal.seek(size - fs)
+            frame = wal.read(FRAME_HEADER)
+        _page, commit_size, salt1, salt2 = struct.unpack(">IIII", frame[:16])
+        return commit_size != 0 and header[16:24] == struct.pack(">II", salt1, salt2)
 
     def end_of(self, frames: int) -> int:
         """The WAL's size holding `frames` frames."""

@@ -174,9 +174,12 @@ def pack_blocks(blocks: list[Block]) -> bytes:
     return b"".join(_PATCH_BLOCK.pack(*b) for b in blocks)
 
 
-def patch_sources(blocks: list[Block]) -> str:
-    """The `path` of a `PATCH`: the fnodes it reads."""
-    return ",".join(str(f) for f in sorted({b[0] for b in blocks if b[0]}))
+def patch_sources(blocks: list[Block] | None = None, sources: set[int] | None = None
+                  ) -> str:
+    """The `path` of a `PATCH`: the fnodes it reads (those `blocks` name, or
+    `sources`)."""
+    fnodes = {b[0] for b in blocks or () if b[0]} | (sources or set())
+    return ",".join(str(f) for f in sorted(fnodes))
 
 
 def sources_of(path: str) -> set[int]:

@@ -210,7 +210,7 @@ class Recorder:
         little once compressed. Returns the bytes its data takes."""
         data = patch_data(blocks, xored)
         path = patch_sources(blocks) if isinstance(blocks, list) else \
-            ",".join(str(f) for f in sorted(sources or ()))
+            patch_sources(sources=sources)
         self._record(Kind.PATCH, fnode=fnode, offset=offset, length=len(data), path=path,
                      data=data)
         return len(data)
@@ -237,7 +237,7 @@ class Recorder:
                     if kind is Kind.PATCH:
                         assert blocks is not None
                         data = patch_data(blocks, payload)
-                        path = ",".join(str(f) for f in sorted(sources))
+                        path = patch_sources(sources=sources)
                     else:
                         data, path = bytes(payload), ""
                     frame, op = record(kind, seq, sum_, author, at, fnode=fnode,
