@@ -14,10 +14,11 @@ it, the write-ahead log's frames, each recorded once:
   `checkpoint_pages` frames, and records the checkpoint as the copies it makes (each
   page's last frame into the database: 16 bytes a page), which a player runs on its
   own WAL to the same bytes. No page is recorded twice;
-- a *rewrite* (at the store's creation, and once the WAL recorded since the last one
-  outgrows `rewrite_factor` times the database) checkpoints the WAL into the database
-  locally at a commit (not recorded: the new file replaces the database) and records
-  the database whole, in the background, as a new file
+- a *rewrite* (at the store's creation, and once the log a player needs, the last
+  rewrite's image and what followed, outgrows 1 + `rewrite_factor` times the
+  database) checkpoints the WAL into the database locally at a commit (not recorded:
+  the new file replaces the database) and records the database whole, in the
+  background, as a new file
   under a temporary name; transactions go on, their frames recorded into a new WAL file
   (also under a temporary name: SQLite started its WAL anew); one last append renames
   both into place. Every older segment of the log is then dead, so hints taken after it
@@ -96,10 +97,11 @@ class SQLiteStore:
         """`page_size` applies to a new database (an existing one keeps its own): the
         smaller the pages, the fewer bytes a scattered update records (1024 records a
         quarter of 4096's for single-row updates, and is as fast here; rows larger than
-        about a page then spill to overflow pages). A rewrite comes once the WAL
-        recorded since the last one is over `rewrite_factor` times the database and
-        `rewrite_min_bytes`: a log (after prune) holds about 1 + `rewrite_factor` times
-        the database. `commits_in_flight`: how many commits' log appends may be under
+        about a page then spill to overflow pages). A rewrite comes once the log a
+        player needs (the last rewrite's image and what was recorded after it) is over
+        `rewrite_min_bytes` and 1 + `rewrite_factor` times the database: a log after
+        prune holds about that much, and a database that only grows is not rewritten
+        for nothing. `commits_in_flight`: how many commits' log appends may be under
         way at once. `checkpoint_pages`: the WAL's size (in frames) at which the store
         checkpoints it into the database at a commit (recorded as the pages' copies, not
         their bytes: a player runs the same checkpoint). `patch_pages`: record each
@@ -135,7 +137,9 @@ class SQLiteStore:
         self._wal_fd = -1
         self._frames = 0  # WAL frames SQLite holds, as its WAL hook last said
         self._wal_end = 0  # WAL bytes recorded
-        self._since_rewrite = 0  # WAL bytes recorded since the last rewrite
+        self._since_rewrite = 0  # log bytes recorded since the last rewrite (or open)
+        #: The log a player needs as of the last rewrite (its image) or the open.
+        self._live_at = 0
         self._db_stat: tuple[int, int] = (0, 0)
         #: The rewrite under way (its image being recorded), and what it resolves once
         #: its final rename landed (then None): commits sealed after it began are
@@ -212,18 +216,21 @@ class SQLiteStore:
             db.execute(f"PRAGMA {pragma}")
         self._wal_frames = WalFrames(_one(db, "PRAGMA page_size"))
         db.set_wal_hook(self._on_wal)
-        rewrite = fresh or not folder.exists(self._wal) or \
-            not self._wal_frames.whole(self._wal_path)
-        if not rewrite:
-            self._wal_end = os.path.getsize(self._wal_path)
-            self._frames = (self._wal_end - WAL_HEADER) // self._wal_frames.frame_bytes \
-                if self._wal_end else 0
+        wal_end = None if fresh or not folder.exists(self._wal) else \
+            self._wal_frames.valid_end(self._wal_path)
+        rewrite = wal_end is None
+        if wal_end is not None:
+            self._wal_end = wal_end
+            self._frames = (wal_end - WAL_HEADER) // self._wal_frames.frame_bytes \
+                if wal_end else 0
         db.execute("CREATE TABLE IF NOT EXISTS gazette_checkpoint (id INTEGER PRIMARY "
                    "KEY CHECK (id = 0), checkpoint BLOB NOT NULL)")
         row = db.execute("SELECT checkpoint FROM gazette_checkpoint").fetchone()
         if not rewrite:
             self._open_wal()
             self._db_stat = self._stat()
+            recorder = folder.recorder
+            self._live_at = recorder.head - recorder.fsm.hints(recorder.log).first_offset()
             self._wal_fnode = folder.recorder.fnode(self._wal) or 0
             for _ in self._wal_frames.read(self._wal_fd, 0, self._wal_end, REWRITE_CHUNK):
                 pass  # (its frames noted)
@@ -246,8 +253,8 @@ class SQLiteStore:
             self._checkpoint()
         sealed = self.folder.recorder.seal(hints=True)
         after = self._rewritten
-        if after is None and self._since_rewrite > max(
-                self.rewrite_min_bytes, self.rewrite_factor * self._db_bytes()):
+        if after is None and self._live_at + self._since_rewrite > max(
+                self.rewrite_min_bytes, (1 + self.rewrite_factor) * self._db_bytes()):
             image = self._begin_rewrite()
             self._rewriting = asyncio.ensure_future(self._rewrite(image))
             self._rewriting.add_done_callback(retrieved)
@@ -369,22 +376,25 @@ class SQLiteStore:
         self._db_pages = self._db_stat[0] // self._wal_frames.page_size
 
     def _checkpoint(self) -> None:
-        """Checkpoint the WAL into the database locally (SQLite starts it anew), and
-        record that as the copies of each page's last frame into the database: a player
-        runs the same checkpoint, from the same WAL, to the same bytes."""
+        """Checkpoint the WAL into the database locally, and record that as the copies
+        of each page's last frame into the database: a player runs the same checkpoint,
+        from the same WAL, to the same bytes. SQLite then writes its WAL from the start
+        again, over the frames before (not truncated: cheaper to write over, and the
+        player's WAL, written over alike, stays the same bytes)."""
         recorder, wal = self.folder.recorder, self._wal_frames
         recorder.settle()  # (its frames noted)
         db_fnode = recorder.fnode(self.name)
         assert db_fnode is not None
         pairs, size = wal.copies(), wal.npages * wal.page_size
         # (Frames being encoded read the database and the WAL as they are until here.)
-        self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-        if os.fstat(self._wal_fd).st_size or os.path.getsize(self.path) != size:
-            raise StoreChanged(f"{self.path}: its checkpoint did not leave the WAL empty "
-                               f"and the database at {size} bytes")
+        frames, copied = self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_RESTART)
+        if copied != frames or frames != self._frames or \
+                os.path.getsize(self.path) != size:
+            raise StoreChanged(f"{self.path}: its checkpoint copied {copied} of {frames} "
+                               f"frames (not all {self._frames}) or left the database "
+                               f"not at {size} bytes")
         recorder.copy(self._wal_fnode, db_fnode, wal.page_size, pairs)
         recorder.truncate(db_fnode, size)
-        recorder.truncate(self._wal_fnode, 0)
         wal.restart()
         self._frames = self._wal_end = 0
         self._database_changed()
@@ -420,6 +430,7 @@ class SQLiteStore:
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
         self._database_changed()
+        self._live_at = self._db_stat[0]
         image = self._image_fnode = recorder.create(self.name + ".rewrite")
         self._imaged_pages = 0
         self._wal_fnode = recorder.create(self._wal + ".rewrite")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 
 import numpy as np
@@ -73,24 +72,30 @@ class WalFrames:
         self.latest.fill(-1)
         self.npages = 0
 
-    def whole(self, path: str) -> bool:
-        """Whether the WAL at `path` is whole frames through a commit frame of its own
-        generation (as `SQLiteStore` records it; a log recorded otherwise is rewritten)."""
+    def valid_end(self, path: str) -> int | None:
+        """Where the WAL at `path` ends for SQLite: after the last commit frame of its
+        header's generation (frames past it, left by a generation before a checkpoint
+        restarted the WAL, are not read), 0 if it holds none; None if it is not whole
+        frames (a log recorded otherwise: `SQLiteStore` rewrites it)."""
         try:
             size = os.path.getsize(path)
         except FileNotFoundError:
-            return False
+            return None
         fs = self.frame_bytes
         if size == 0:
-            return True
-        if size < WAL_HEADER + fs or (size - WAL_HEADER) % fs:
-            return False
+            return 0
+        if size < WAL_HEADER or (size - WAL_HEADER) % fs:
+            return None
         with open(path, "rb") as wal:
-            header = wal.read(WAL_HEADER)
-            wal.seek(size - fs)
-            frame = wal.read(FRAME_HEADER)
-        _page, commit_size, salt1, salt2 = struct.unpack(">IIII", frame[:16])
-        return commit_size != 0 and header[16:24] == struct.pack(">II", salt1, salt2)
+            data = wal.read()
+        salts = np.frombuffer(data, ">u4", count=2, offset=16)
+        n = (len(data) - WAL_HEADER) // fs
+        words = np.frombuffer(data, ">u4", offset=WAL_HEADER, count=n * fs // 4
+                              ).reshape(n, fs // 4)
+        ours = (words[:, 2] == salts[0]) & (words[:, 3] == salts[1])
+        frames = n if ours.all() else int(np.argmin(ours))
+        commits = np.flatnonzero(words[:frames, 1])
+        return self.end_of(int(commits[-1]) + 1) if len(commits) else 0
 
     def end_of(self, frames: int) -> int:
         """The WAL's size holding `frames` frames."""

@@ -3,8 +3,8 @@ written through their recorded folders are rebuilt from the log by a player, byt
 byte, with their checkpoints; a crash between a local commit and its log append loses
 only that transaction; a successor fences the old store's commits out. SQLite: a rewrite
 leaves every older segment of the log dead; commits under way at once land in order; a
-checkpoint the store did not run fails it; a log recorded page by page (before the WAL
-was recorded whole) is rewritten at its first open."""
+checkpoint the store did not run fails it; a WAL restarted over older frames is read to
+its end; a log over its bound when opened is rewritten."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ children:
   - name: stores/pipelined
   - name: stores/foreign
   - name: stores/legacy
+  - name: stores/reopened
   - name: stores/midrewrite
 """
 
@@ -117,8 +118,17 @@ async def test_a_sqlite_store_is_rebuilt_byte_identical_with_its_checkpoint(
     assert await successor.restore_checkpoint() == checkpoint(60)
     assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     assert rows(successor.db) == want_rows
+    wal = tmp_path / "next" / "store.db-wal"
+    stale = successor._wal_frames.valid_end(str(wal)) != wal.stat().st_size
+    assert stale == (checkpoint_pages < 1000)  # (frames of a generation before)
     await sqlite_history(successor, random.Random(6), 5, first=60)  # and it goes on
+    more = await successor.folder.recorder.commit(hints=True)
+    want_files = digest(tmp_path / "next")
     await successor.close()
+    player = Player(client, log, tmp_path / "third", more)
+    await player.play()
+    await player.finish()
+    assert digest(tmp_path / "third") == want_files
 
 
 async def test_a_sqlite_commit_not_appended_is_not_played(
@@ -255,10 +265,11 @@ async def test_a_checkpoint_the_store_did_not_run_fails_it(
     await store.close()
 
 
-async def test_a_log_recorded_page_by_page_is_rewritten_at_its_first_open(
+async def test_a_wal_with_older_frames_after_the_newest_is_read_to_its_end(
         client: JournalClient, tmp_path: Path) -> None:
-    # Logs of the store before it recorded its WAL whole hold a WAL with frames of an
-    # older generation after the newest: found by their salts, and rewritten.
+    # A checkpoint restarts the WAL over its older frames (logs recorded page by page
+    # hold such WALs too): SQLite reads it through the last commit of its header's
+    # generation (the salts tell), and so does the store, which goes on from there.
     folder = await take(client, "stores/legacy", tmp_path / "primary", 0xC1)
     local = apsw.Connection(str(tmp_path / "plain.db"))
     local.execute("PRAGMA journal_mode=WAL")
@@ -280,11 +291,46 @@ async def test_a_log_recorded_page_by_page_is_rewritten_at_its_first_open(
     folder.recorder.detach()
 
     successor = SQLiteStore(await take(client, "stores/legacy", tmp_path / "next", 0xC2))
+    assert successor._wal_frames.valid_end(str(tmp_path / "next" / "store.db-wal")) \
+        < len(wal)
     await successor.restore_checkpoint()
-    assert successor.rewrites == 1
+    assert successor.rewrites == 0
     assert successor.db.execute("SELECT v FROM kv WHERE k = 100").fetchone() == ("newest",)
     assert successor.db.execute("SELECT count(*) FROM kv").fetchone() == (40,)
+    successor.db.execute("INSERT INTO kv VALUES (101, 'after')")
+    await successor.start_commit(checkpoint(1), [])
+    want = digest(tmp_path / "next")
+    hints = await successor.folder.recorder.commit(hints=True)
     await successor.close()
+    player = Player(client, "stores/legacy", tmp_path / "third", hints)
+    await player.play()
+    await player.finish()
+    assert digest(tmp_path / "third") == want
+
+
+async def test_a_log_over_its_bound_when_opened_is_rewritten_at_a_commit(
+        client: JournalClient, tmp_path: Path) -> None:
+    # The log a player needs is counted from the open (not from zero): a store that
+    # restarts often still rewrites.
+    store = SQLiteStore(await take(client, "stores/reopened", tmp_path / "a", 0xC5),
+                        rewrite_factor=100.0)
+    await store.restore_checkpoint()
+    await sqlite_history(store, random.Random(12), 20)
+    hints = await store.folder.recorder.commit(hints=True)
+    await store.close()
+    assert store.rewrites == 1  # (its creation's)
+
+    again = SQLiteStore(await take(client, "stores/reopened", tmp_path / "b", 0xC6, hints),
+                        rewrite_factor=0.5, rewrite_min_bytes=0)
+    await again.restore_checkpoint()
+    assert again.rewrites == 0 and not again.rewriting
+    again.db.execute("INSERT OR REPLACE INTO kv VALUES (1, 'x')")
+    await again.start_commit(checkpoint(21), [])
+    assert again.rewriting
+    again.db.execute("INSERT OR REPLACE INTO kv VALUES (2, 'x')")
+    await again.start_commit(checkpoint(22), [])  # (sealed during it: lands after it)
+    assert again.rewrites == 1
+    await again.close()
 
 
 async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed(
