@@ -92,7 +92,7 @@ class SQLiteStore:
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
                  cache_pages: int = 2000, page_size: int = 4096,
                  rewrite_factor: float = 0.75, rewrite_min_bytes: int = 64 << 20,
-                 commits_in_flight: int = 4, checkpoint_pages: int = 10_000,
+                 commits_in_flight: int = 16, checkpoint_pages: int = 10_000,
                  patch_pages: bool = True, patch_min_bytes: int = PATCH_MIN_BYTES) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the
         smaller the pages, the fewer bytes a scattered update records (1024 records a
@@ -401,7 +401,8 @@ class SQLiteStore:
         self.checkpoints += 1
 
     def _db_bytes(self) -> int:
-        return _one(self.db, "PRAGMA page_count") * self._wal_frames.page_size
+        wal = self._wal_frames  # (its last commit frame says, if it has one)
+        return (wal.npages or _one(self.db, "PRAGMA page_count")) * wal.page_size
 
     def _stat(self) -> tuple[int, int]:
         st = os.stat(self.path)

@@ -124,12 +124,12 @@ class WalFrames:
                 grown[:len(self.latest)] = self.latest
                 self.latest = grown
             before = self.latest[pages]
-            if len(np.unique(pages)) < len(pages):  # a page twice: in order
+            self.latest[pages] = at
+            if (self.latest[pages] != at).any():  # a page twice: in order
+                self.latest[pages] = before
                 for i, page in enumerate(pages.tolist()):
                     before[i] = self.latest[page]
                     self.latest[page] = at[i]
-            else:
-                self.latest[pages] = at
             ended = np.flatnonzero(commits)
             if len(ended):
                 self.npages = int(commits[ended[-1]])

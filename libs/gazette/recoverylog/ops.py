@@ -93,6 +93,30 @@ def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 
            offset: int = 0, length: int = 0, path: str = "",
            data: bytes | bytearray | memoryview = b"") -> tuple[bytes, int]:
     """The frame of one operation, and its crc (which the next checksum chains)."""
+    head, raw_path, crc = _framed(kind, seq_no, checksum, author, fnode, offset, length,
+                                  path, data)
+    return b"".join((head, raw_path, data)), crc
+
+
+def record(into: bytearray, kind: Kind, seq_no: int, checksum: int, author: int,
+           begin: int, *, fnode: int = 0, offset: int = 0, length: int = 0, path: str = "",
+           data: bytes | bytearray | memoryview = b"") -> Op:
+    """Append the frame of one operation to `into` (its bytes copied once), and return
+    the `Op` it is once it lands at `begin` (what a writer that knows where its append
+    lands applies, without decoding it again)."""
+    head, raw_path, crc = _framed(kind, seq_no, checksum, author, fnode, offset, length,
+                                  path, data)
+    into += head
+    into += raw_path
+    into += data
+    return Op(kind, seq_no, checksum, author, fnode, offset, length, path, crc, begin,
+              begin + len(head) + len(raw_path) + len(data))
+
+
+def _framed(kind: Kind, seq_no: int, checksum: int, author: int, fnode: int, offset: int,
+            length: int, path: str, data: bytes | bytearray | memoryview
+            ) -> tuple[bytes, bytes, int]:
+    """A frame's header (with its crc) and path, and the crc."""
     raw_path = path.encode()
     if len(raw_path) > MAX_PATH_BYTES:
         raise ValueError(f"path of {len(raw_path)} bytes is over {MAX_PATH_BYTES}")
@@ -106,18 +130,7 @@ def encode(kind: Kind, seq_no: int, checksum: int, author: int, *, fnode: int = 
     head = _HEADER.pack(MAGIC, VERSION, kind, 0, seq_no, checksum, author, fnode, offset,
                         length, len(raw_path))
     crc = zlib.crc32(data, zlib.crc32(raw_path, zlib.crc32(head[8:])))
-    return b"".join((head[:4], crc.to_bytes(4, "little"), head[8:], raw_path, data)), crc
-
-
-def record(kind: Kind, seq_no: int, checksum: int, author: int, begin: int, *,
-           fnode: int = 0, offset: int = 0, length: int = 0, path: str = "",
-           data: bytes | bytearray | memoryview = b"") -> tuple[bytes, Op]:
-    """The frame of one operation and the `Op` it is once it lands at `begin` (what a
-    writer that knows where its append lands applies, without decoding it again)."""
-    frame, crc = encode(kind, seq_no, checksum, author, fnode=fnode, offset=offset,
-                        length=length, path=path, data=data)
-    return frame, Op(kind, seq_no, checksum, author, fnode, offset, length, path, crc,
-                     begin, begin + len(frame))
+    return b"".join((head[:4], crc.to_bytes(4, "little"), head[8:])), raw_path, crc
 
 
 _CARRIES_DATA = frozenset((Kind.WRITE, Kind.COPY, Kind.PATCH))

@@ -263,8 +263,9 @@ class Player:
                 raise self._error(head, "the hand-off's no-op was refused, yet nothing "
                                   "was appended (an author in the registers of an empty "
                                   "log?)")
-            frame, op = record(Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
-                               author, head)
+            frame = bytearray()
+            op = record(frame, Kind.NOOP, self.fsm.next_seq_no, self.fsm.next_checksum,
+                        author, head)
             try:
                 registers = (await self.client.append(self.log, b"")).registers
                 authors = registers - registers.without(AUTHOR_LABEL)  # earlier writers'

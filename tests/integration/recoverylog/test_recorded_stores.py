@@ -39,7 +39,8 @@ children:
   - name: stores/crash
   - name: stores/fence
   - name: stores/rewrite
-  - name: stores/pipelined
+  - name: stores/pipelined-1
+  - name: stores/pipelined-2
   - name: stores/foreign
   - name: stores/legacy
   - name: stores/reopened
@@ -227,10 +228,15 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
     await successor.close()
 
 
+@pytest.mark.parametrize("appends", [1, 2])
 async def test_commits_under_way_at_once_land_in_order(
-        client: JournalClient, tmp_path: Path) -> None:
-    store = await sqlite_on(client, "stores/pipelined", tmp_path / "primary", 0xA1)
+        client: JournalClient, tmp_path: Path, appends: int) -> None:
+    # One append at a time (what is sealed meanwhile goes merged), or two under way
+    # (the second at the offset the first ends at).
+    log = f"stores/pipelined-{appends}"
+    store = await sqlite_on(client, log, tmp_path / "primary", 0xA1)
     folder = store.folder
+    folder.recorder.appends_in_flight = appends
     store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
     gates = [asyncio.get_running_loop().create_future() for _ in range(6)]
     commits = []
@@ -243,7 +249,7 @@ async def test_commits_under_way_at_once_land_in_order(
     await asyncio.gather(*commits)
     hints = folder.hints
     await store.close()
-    successor = await sqlite_on(client, "stores/pipelined", tmp_path / "next", 0xA2, hints)
+    successor = await sqlite_on(client, log, tmp_path / "next", 0xA2, hints)
     assert Checkpoint.decode(bytes(successor.db.execute(
         "SELECT checkpoint FROM gazette_checkpoint").fetchone()[0])) == checkpoint(6)
     assert rows(successor.db) == [(t, f"txn {t}") for t in range(6)]
