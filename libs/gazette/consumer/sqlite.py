@@ -79,6 +79,9 @@ REWRITE_CHUNK = 4 << 20
 REWRITE_IN_FLIGHT = 4
 #: Commits the runner may have under way while a rewrite records the database.
 REWRITE_COMMITS = 256
+#: While a rewrite records the database, the WAL is checkpointed at this many times
+#: `checkpoint_pages` (it stays bounded however long the rewrite takes).
+REWRITE_CHECKPOINTS = 10
 
 
 class StoreChanged(GazetteError):
@@ -152,6 +155,7 @@ class SQLiteStore:
         #: While a rewrite records the database: its fnode, and its pages recorded.
         self._image_fnode = 0
         self._imaged_pages = 0
+        self._image_size = 0  # the database's size where it began
         #: The database file and the WAL, mapped (patches read the versions before
         #: there), and the database's size in pages as of its last change.
         self._db_map: Mapped | None = None
@@ -249,7 +253,11 @@ class SQLiteStore:
         db.execute("COMMIT")
         self._check_db()
         self._record_wal()
-        if self._frames >= self.checkpoint_pages and not self.rewriting:
+        if self.rewriting:  # (less often: its copies wait for the log; none if shrunk)
+            if self._frames >= REWRITE_CHECKPOINTS * self.checkpoint_pages and \
+                    self._wal_frames.npages * self._wal_frames.page_size >= self._image_size:
+                self._checkpoint()
+        elif self._frames >= self.checkpoint_pages:
             self._checkpoint()
         sealed = self.folder.recorder.seal(hints=True)
         after = self._rewritten
@@ -383,7 +391,9 @@ class SQLiteStore:
         player's WAL, written over alike, stays the same bytes)."""
         recorder, wal = self.folder.recorder, self._wal_frames
         recorder.settle()  # (its frames noted)
-        db_fnode = recorder.fnode(self.name)
+        # (During a rewrite, into the new database: the copies land in the pages it
+        # recorded and past them; pages it records later are read after this.)
+        db_fnode = recorder.fnode(self.name + ".rewrite") or recorder.fnode(self.name)
         assert db_fnode is not None
         pairs, size = wal.copies(), wal.npages * wal.page_size
         # (Frames being encoded read the database and the WAL as they are until here.)
@@ -415,9 +425,9 @@ class SQLiteStore:
 
     # -- rewriting --
 
-    async def _read_image(self, fd: int, offset: int) -> bytes:
+    async def _read_image(self, fd: int, offset: int, size: int) -> bytes:
         """A piece of the database a rewrite records (in a worker thread)."""
-        return await asyncio.to_thread(os.pread, fd, REWRITE_CHUNK, offset)
+        return await asyncio.to_thread(os.pread, fd, size, offset)
 
     def _begin_rewrite(self) -> int:
         """Checkpoint the WAL into the database locally (SQLite starts its WAL anew),
@@ -431,7 +441,7 @@ class SQLiteStore:
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
         self._database_changed()
-        self._live_at = self._db_stat[0]
+        self._live_at = self._image_size = self._db_stat[0]
         image = self._image_fnode = recorder.create(self.name + ".rewrite")
         self._imaged_pages = 0
         self._wal_fnode = recorder.create(self._wal + ".rewrite")
@@ -442,9 +452,12 @@ class SQLiteStore:
         return image
 
     async def _rewrite(self, fnode: int) -> None:
-        """Record the database (constant until the next rewrite) into `fnode`, then
-        rename it and the new WAL into place, in one append: every older segment of
-        the log is dead from there. Commits sealed meanwhile wait for that append."""
+        """Record the database into `fnode`, then rename it and the new WAL into
+        place, in one append: every older segment of the log is dead from there.
+        Commits sealed meanwhile wait for that append. Checkpoints go on meanwhile
+        (the WAL stays short, and SQLite fast), recorded as copies into `fnode`: each
+        piece is recorded as read after the checkpoints before it (a piece read while
+        one ran is read again), so a player's copies and pieces make the same file."""
         folder, recorder = self.folder, self.folder.recorder
         done = self._rewritten
         assert done is not None
@@ -452,9 +465,16 @@ class SQLiteStore:
         try:
             image = os.open(self.path, os.O_RDONLY)
             try:
-                size, offset = os.fstat(image).st_size, 0
+                size, offset = self._image_size, 0
                 while offset < size:
-                    data = await self._read_image(image, offset)
+                    checkpoints = self.checkpoints
+                    want = min(REWRITE_CHUNK, size - offset)
+                    data = await self._read_image(image, offset, want)
+                    if self.checkpoints != checkpoints:
+                        continue  # (torn by a checkpoint)
+                    if len(data) != want:
+                        raise StoreChanged(f"{self.path} is shorter than its rewrite "
+                                           f"({offset + len(data)} bytes, not {size})")
                     recorder.write(fnode, offset, data)
                     offset += len(data)
                     self._imaged_pages = offset // self._wal_frames.page_size

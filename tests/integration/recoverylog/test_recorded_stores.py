@@ -45,6 +45,7 @@ children:
   - name: stores/legacy
   - name: stores/reopened
   - name: stores/midrewrite
+  - name: stores/ckpt-rewrite
 """
 
 
@@ -228,6 +229,54 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
     await successor.close()
 
 
+async def test_checkpoints_during_a_rewrite_play_the_same(
+        client: JournalClient, tmp_path: Path) -> None:
+    # The WAL is checkpointed while a rewrite records the database (as copies into the
+    # new file); a piece of it read while a checkpoint ran is read again.
+    gate, reads = asyncio.Event(), []
+
+    class Slow(SQLiteStore):
+        async def _read_image(self, fd: int, offset: int, size: int) -> bytes:
+            data = await super()._read_image(fd, offset, size)
+            if self.rewrites:  # (not the creation's)
+                reads.append(offset)
+                await gate.wait()  # commits, and their checkpoints, go on meanwhile
+            return data
+
+    log = "stores/ckpt-rewrite"
+    folder = await take(client, log, tmp_path / "primary", 0xE1)
+    store = Slow(folder, checkpoint_pages=40, rewrite_factor=0.5, rewrite_min_bytes=0)
+    await store.restore_checkpoint()
+    rng, commits, t = random.Random(13), [], 0
+    store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
+    began = None  # the checkpoints run when the rewrite began
+    while began is None or store.checkpoints < began + 3:
+        store.db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                             [(rng.randrange(3000), rng.randbytes(200).hex())
+                              for _ in range(50)])
+        t += 1
+        commits.append(store.start_commit(checkpoint(t), []))
+        if began is None and store.rewriting:
+            began = store.checkpoints
+        await asyncio.sleep(0)
+        assert t < 500, "no rewrite, or no checkpoints during it"
+    gate.set()
+    await asyncio.gather(*commits)
+    assert store.rewrites == 2 and len(reads) >= 2  # (read again once torn)
+    want_rows, want_files = rows(store.db), digest(tmp_path / "primary")
+    hints = await folder.recorder.commit(hints=True)
+    await store.close()
+    for name, given in (("from-hints", hints), ("from-start", None)):
+        player = Player(client, log, tmp_path / name, given)
+        await player.play()
+        await player.finish()
+        assert digest(tmp_path / name) == want_files, name
+    successor = await sqlite_on(client, log, tmp_path / "next", 0xE2, hints)
+    assert rows(successor.db) == want_rows
+    assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    await successor.close()
+
+
 @pytest.mark.parametrize("appends", [1, 2])
 async def test_commits_under_way_at_once_land_in_order(
         client: JournalClient, tmp_path: Path, appends: int) -> None:
@@ -347,10 +396,10 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     held = asyncio.Event()
 
     class Held(SQLiteStore):
-        async def _read_image(self, fd: int, offset: int) -> bytes:
+        async def _read_image(self, fd: int, offset: int, size: int) -> bytes:
             if offset >= 4096 and self.rewrites:  # (not the creation's)
                 await held.wait()  # the process dies before the rewrite ends
-            return await super()._read_image(fd, offset)
+            return await super()._read_image(fd, offset, size)
 
     folder = await take(client, "stores/midrewrite", tmp_path / "primary", 0xD1)
     store = Held(folder, rewrite_factor=0.01, rewrite_min_bytes=0)
