@@ -156,6 +156,7 @@ class SQLiteStore:
         self._image_fnode = 0
         self._imaged_pages = 0
         self._image_size = 0  # the database's size where it began
+        self._image_copied = np.zeros(0, bool)  # pages checkpoints copied into it
         #: The database file and the WAL, mapped (patches read the versions before
         #: there), and the database's size in pages as of its last change.
         self._db_map: Mapped | None = None
@@ -318,9 +319,10 @@ class SQLiteStore:
         through its last commit), in the recorder's thread: read back, their pages
         noted, and told as patches against the versions before them where most have
         one (`sqlite_wal`), else whole. While a rewrite records the database, patches
-        read only its pages recorded so far (the log's database is not the local one
-        yet). What they read stays as it is until the recorder settles them: the WAL
-        through here, and the database (checkpoints and rewrites settle first)."""
+        read only the new file's pages recorded so far or copied into it by a
+        checkpoint (the log's database is not the local one yet). What they read stays
+        as it is until the recorder settles them: the WAL through here, and the
+        database (checkpoints and rewrites settle first)."""
         wal = self._wal_frames
         end = wal.end_of(self._frames)
         if end < self._wal_end:
@@ -341,13 +343,16 @@ class SQLiteStore:
             self._recorded(recorded)
             self._wal_end = end
             return
-        db, db_fnode = np.zeros((0, wal.page_size), np.uint8), 0
+        db, db_fnode, held = np.zeros((0, wal.page_size), np.uint8), 0, None
         if self.patch_pages:
             db = self._database()
             if self._rewritten is None:
                 db_fnode = recorder.fnode(self.name) or 0
-            else:
-                db_fnode, db = self._image_fnode, db[:self._imaged_pages]
+            else:  # its pages recorded so far, and those checkpoints copied into it
+                db_fnode, held = self._image_fnode, np.zeros(len(db), bool)
+                held[:self._imaged_pages] = True
+                copied = self._image_copied[:len(db)]
+                held[:len(copied)] |= copied
             if self._wal_map is None:
                 self._wal_map = Mapped(wal_fd)
         wal_map = self._wal_map
@@ -358,7 +363,7 @@ class SQLiteStore:
                 if wal_map is not None and wal.worth_patching(
                         data, pages, before, len(db), self.patch_min_bytes):
                     table, xored, sources = wal.patch(data, at, pages, before, wal_map,
-                                                      fnode, db, db_fnode)
+                                                      fnode, db, db_fnode, held)
                     out.append((Kind.PATCH, fnode, at, xored, table, sources))
                 else:
                     out.append((Kind.WRITE, fnode, at, data, None, set()))
@@ -405,6 +410,13 @@ class SQLiteStore:
                                f"not at {size} bytes")
         recorder.copy(self._wal_fnode, db_fnode, wal.page_size, pairs)
         recorder.truncate(db_fnode, size)
+        if self._rewritten is not None:  # (patches may read them from the new file)
+            pages = wal.last_pages() - 1
+            if len(pages) and pages[-1] >= len(self._image_copied):
+                grown = np.zeros(max(2 * len(self._image_copied), pages[-1] + 1), bool)
+                grown[:len(self._image_copied)] = self._image_copied
+                self._image_copied = grown
+            self._image_copied[pages] = True
         wal.restart()
         self._frames = self._wal_end = 0
         self._database_changed()
@@ -444,6 +456,7 @@ class SQLiteStore:
         self._live_at = self._image_size = self._db_stat[0]
         image = self._image_fnode = recorder.create(self.name + ".rewrite")
         self._imaged_pages = 0
+        self._image_copied = np.zeros(0, bool)
         self._wal_fnode = recorder.create(self._wal + ".rewrite")
         self._frames = self._wal_end = self._since_rewrite = 0
         self._wal_frames.restart()

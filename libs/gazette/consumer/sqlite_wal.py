@@ -145,12 +145,17 @@ class WalFrames:
             return False
         return bool(((before >= 0) | (pages <= db_pages)).sum() * 2 >= len(pages))
 
+    def last_pages(self) -> np.ndarray:
+        """The pages (numbers) with a frame in this WAL that the database holds as of
+        the last transaction: those a checkpoint copies."""
+        return np.flatnonzero(self.latest[:self.npages + 1] >= 0)
+
     def copies(self) -> bytes:
         """A checkpoint's copies, packed as `COPY` has them: (WAL offset, database
         offset) of each page's last frame, in WAL order, for the pages the database
         holds as of the last transaction (SQLite's checkpoint leaves out the pages past
         its end)."""
-        pages = np.flatnonzero(self.latest[:self.npages + 1] >= 0)
+        pages = self.last_pages()
         at = self.latest[pages]
         order = np.argsort(at)
         pairs = np.empty(len(at), COPY_PAIR_DTYPE)
@@ -159,12 +164,13 @@ class WalFrames:
         return pairs.tobytes()
 
     def patch(self, data: bytes, start: int, pages: np.ndarray, before: np.ndarray,
-              wal: Mapped, wal_fnode: int, db: np.ndarray, db_fnode: int
-              ) -> tuple[bytes, bytes, set[int]]:
+              wal: Mapped, wal_fnode: int, db: np.ndarray, db_fnode: int,
+              held: np.ndarray | None = None) -> tuple[bytes, bytes, set[int]]:
         """`data` (the WAL's bytes at `start`, whole frames, as `read` gave them with
         `pages` and `before`) told as a patch: its blocks (packed), the bytes XORed with
-        them, and the fnodes they read. `db`: the database file's pages (rows). Reads
-        the WAL before `start` and `db`: they must not change meanwhile (any thread)."""
+        them, and the fnodes they read. `db`: the database file's pages (rows); `held`:
+        which of them the log's database holds (by page - 1; None: all). Reads the WAL
+        before `start` and `db`: they must not change meanwhile (any thread)."""
         fs, ps = self.frame_bytes, self.page_size
         first = WAL_HEADER if start == 0 else 0
         n = len(pages)
@@ -177,6 +183,8 @@ class WalFrames:
             rows = (before[in_wal] - WAL_HEADER - FRAME_HEADER) // fs
             xored[in_wal, FRAME_HEADER:] ^= frames_before[rows, FRAME_HEADER:]
         in_db = ~in_wal & (pages <= len(db))
+        if held is not None:
+            in_db[in_db] = held[pages[in_db] - 1]
         if in_db.any():
             xored[in_db, FRAME_HEADER:] ^= db[pages[in_db] - 1]
         table = np.zeros(2 * n + (1 if first else 0), PATCH_BLOCK_DTYPE)
