@@ -69,7 +69,7 @@ from gazette.consumer.sqlite_wal import (
 from gazette.consumer.store import _after
 from gazette.errors import GazetteError
 from gazette.recoverylog import RecordedFolder
-from gazette.recoverylog.ops import Kind
+from gazette.recoverylog.ops import Kind, compressed
 from gazette.recoverylog.recorder import Later, Sealed
 from gazette.supervise import retrieved
 
@@ -141,7 +141,8 @@ class SQLiteStore:
         self._frames = 0  # WAL frames SQLite holds, as its WAL hook last said
         self._wal_end = 0  # WAL bytes recorded
         self._since_rewrite = 0  # log bytes recorded since the last rewrite (or open)
-        #: The log a player needs as of the last rewrite (its image) or the open.
+        #: The log a player needs as of the last rewrite (its image, compressed) or the
+        #: open.
         self._live_at = 0
         self._db_stat: tuple[int, int] = (0, 0)
         #: The rewrite under way (its image being recorded), and what it resolves once
@@ -437,9 +438,15 @@ class SQLiteStore:
 
     # -- rewriting --
 
-    async def _read_image(self, fd: int, offset: int, size: int) -> bytes:
-        """A piece of the database a rewrite records (in a worker thread)."""
-        return await asyncio.to_thread(os.pread, fd, size, offset)
+    async def _read_image(self, fd: int, offset: int, size: int) -> tuple[int, bytes]:
+        """A piece of the database a rewrite records: its length, and it compressed
+        (`ops.compressed`: pages of rows mostly compress), in a worker thread."""
+
+        def read() -> tuple[int, bytes]:
+            data = os.pread(fd, size, offset)
+            return len(data), compressed(data)
+
+        return await asyncio.to_thread(read)
 
     def _begin_rewrite(self) -> int:
         """Checkpoint the WAL into the database locally (SQLite starts its WAL anew),
@@ -453,7 +460,8 @@ class SQLiteStore:
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
         self._database_changed()
-        self._live_at = self._image_size = self._db_stat[0]
+        self._image_size = self._db_stat[0]
+        self._live_at = 0  # (the image as recorded, compressed, as it goes)
         image = self._image_fnode = recorder.create(self.name + ".rewrite")
         self._imaged_pages = 0
         self._image_copied = np.zeros(0, bool)
@@ -482,14 +490,15 @@ class SQLiteStore:
                 while offset < size:
                     checkpoints = self.checkpoints
                     want = min(REWRITE_CHUNK, size - offset)
-                    data = await self._read_image(image, offset, want)
+                    read, data = await self._read_image(image, offset, want)
                     if self.checkpoints != checkpoints:
                         continue  # (torn by a checkpoint)
-                    if len(data) != want:
+                    if read != want:
                         raise StoreChanged(f"{self.path} is shorter than its rewrite "
-                                           f"({offset + len(data)} bytes, not {size})")
-                    recorder.write(fnode, offset, data)
-                    offset += len(data)
+                                           f"({offset + read} bytes, not {size})")
+                    recorder.write_compressed(fnode, offset, data)
+                    self._live_at += len(data)
+                    offset += read
                     self._imaged_pages = offset // self._wal_frames.page_size
                     landing.append(asyncio.ensure_future(folder.land(recorder.seal())))
                     if len(landing) >= REWRITE_IN_FLIGHT:

@@ -183,6 +183,11 @@ def patch_data(blocks: list[Block] | bytes, xored: bytes | bytearray | memoryvie
     return bytes(cramjam.zstd.compress(b"".join((count, table, xored)), level=PATCH_LEVEL))
 
 
+def compressed(data: bytes | bytearray | memoryview) -> bytes:
+    """A `PATCH`'s data that writes `data` as it is (XORed with zeros: compressed)."""
+    return patch_data([(0, 0, len(data))], data)
+
+
 def pack_blocks(blocks: list[Block]) -> bytes:
     return b"".join(_PATCH_BLOCK.pack(*b) for b in blocks)
 

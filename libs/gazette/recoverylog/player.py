@@ -229,12 +229,15 @@ class Player:
                 os.pwrite(dst, chunk, offset)
         elif kind is Kind.PATCH:
             blocks, xored = patched(data)
-            bases = b"".join(os.pread(self._fds[src], n, at) if src else bytes(n)
-                             for src, at, n in blocks)
-            if len(bases) != len(xored):
-                raise OSError(f"patch at {op.offset} of fnode {fnode}: a block it "
-                              "reads is past the end of its file")
-            os.pwrite(self._fds[fnode], xor(xored, bases), op.offset)
+            written: bytes | memoryview = xored  # (a patch reading no file: as it is)
+            if any(src for src, _at, _n in blocks):
+                bases = b"".join(os.pread(self._fds[src], n, at) if src else bytes(n)
+                                 for src, at, n in blocks)
+                if len(bases) != len(xored):
+                    raise OSError(f"patch at {op.offset} of fnode {fnode}: a block it "
+                                  "reads is past the end of its file")
+                written = xor(xored, bases)
+            os.pwrite(self._fds[fnode], written, op.offset)
         elif kind is Kind.LINK:
             assert path is not None
             path.parent.mkdir(parents=True, exist_ok=True)

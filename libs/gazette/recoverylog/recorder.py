@@ -217,6 +217,11 @@ class Recorder:
                      data=data)
         return len(data)
 
+    def write_compressed(self, fnode: int, offset: int, data: bytes) -> None:
+        """Bytes written at `offset`, given compressed by the caller (`ops.compressed`,
+        in a worker thread, say): recorded as a `PATCH` that reads no file."""
+        self._record(Kind.PATCH, fnode=fnode, offset=offset, length=len(data), data=data)
+
     def record_later(self, make: Callable[[], list[Later]],
                      recorded: Callable[[int], None] | None = None) -> None:
         """Operations (`WRITE` or `PATCH`: kind, fnode, offset, data, and for a patch

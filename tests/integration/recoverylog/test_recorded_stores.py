@@ -236,7 +236,7 @@ async def test_checkpoints_during_a_rewrite_play_the_same(
     gate, reads = asyncio.Event(), []
 
     class Slow(SQLiteStore):
-        async def _read_image(self, fd: int, offset: int, size: int) -> bytes:
+        async def _read_image(self, fd: int, offset: int, size: int) -> tuple[int, bytes]:
             data = await super()._read_image(fd, offset, size)
             if self.rewrites:  # (not the creation's)
                 reads.append(offset)
@@ -397,7 +397,7 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     held = asyncio.Event()
 
     class Held(SQLiteStore):
-        async def _read_image(self, fd: int, offset: int, size: int) -> bytes:
+        async def _read_image(self, fd: int, offset: int, size: int) -> tuple[int, bytes]:
             if offset >= 4096 and self.rewrites:  # (not the creation's)
                 await held.wait()  # the process dies before the rewrite ends
             return await super()._read_image(fd, offset, size)
