@@ -19,14 +19,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from gazette.recoverylog.blocks import COPY_PAIR_DTYPE, PATCH_BLOCK_DTYPE
+
 #: The WAL's header, and each frame's header (before its page), in bytes.
 WAL_HEADER, FRAME_HEADER = 32, 24
 #: Pieces of the WAL smaller than this are recorded whole (a patch's fixed costs).
 PATCH_MIN_BYTES = 256 << 10
-#: A copy's pairs, packed as `gazette.recoverylog.ops` has them.
-COPY_PAIR_DTYPE = np.dtype([("source", "<u8"), ("offset", "<u8")])
-#: A patch's blocks, packed as `gazette.recoverylog.ops` has them.
-PATCH_BLOCK_DTYPE = np.dtype([("fnode", "<u4"), ("offset", "<u8"), ("length", "<u4")])
 
 
 class Mapped:

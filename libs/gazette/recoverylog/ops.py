@@ -209,8 +209,15 @@ def sources_of(path: str) -> set[int]:
 
 def patched(data: bytes | bytearray | memoryview) -> tuple[list[Block], memoryview]:
     """A `PATCH`'s blocks and the bytes they are XORed with."""
+    table, xored = patch_table(data)
+    return list(_PATCH_BLOCK.iter_unpack(table)), xored
+
+
+def patch_table(data: bytes | bytearray | memoryview) -> tuple[memoryview, memoryview]:
+    """A `PATCH`'s blocks packed (16 bytes each: source fnode, source offset, length,
+    little-endian) and the bytes they are XORed with, checked to add up."""
     try:
-        raw = memoryview(bytes(cramjam.zstd.decompress(bytes(data))))
+        raw = memoryview(cramjam.zstd.decompress(data))
     except Exception as err:  # noqa: BLE001 - cramjam's own error types
         raise ValueError(f"patch data does not decompress: {err}") from None
     if len(raw) < _PATCH_COUNT.size:
@@ -219,11 +226,12 @@ def patched(data: bytes | bytearray | memoryview) -> tuple[list[Block], memoryvi
     end = _PATCH_COUNT.size + count * _PATCH_BLOCK.size
     if end > len(raw):
         raise ValueError(f"patch data is too short for its {count} blocks")
-    blocks = list(_PATCH_BLOCK.iter_unpack(raw[_PATCH_COUNT.size:end]))
-    xored = raw[end:]
-    if sum(b[2] for b in blocks) != len(xored) or len(xored) > MAX_PATCH_BYTES:
+    table, xored = raw[_PATCH_COUNT.size:end], raw[end:]
+    total = sum(n for _, _, n in _PATCH_BLOCK.iter_unpack(table)) if _np is None else \
+        int(_np.frombuffer(table, "<u4").reshape(-1, 4)[:, 3].sum(dtype=_np.int64))
+    if total != len(xored) or len(xored) > MAX_PATCH_BYTES:
         raise ValueError(f"patch blocks do not add up to its {len(xored)} bytes")
-    return blocks, xored
+    return table, xored
 
 
 def xor(a: bytes | bytearray | memoryview, b: bytes | bytearray | memoryview) -> bytes:

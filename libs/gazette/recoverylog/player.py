@@ -25,16 +25,14 @@ from gazette.client import AppendUncertain, BrokerError, JournalClient
 from gazette.errors import GazetteError
 from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
+from gazette.recoverylog.blocks import MappedFiles, apply_copy, apply_patch
 from gazette.recoverylog.fsm import FSM, Hints, InconsistentOp, OutOfSequence
 from gazette.recoverylog.ops import (
     CorruptLog,
     Decoder,
     Kind,
     Op,
-    copies,
-    patched,
     record,
-    xor,
 )
 from gazette.recoverylog.recorder import AUTHOR_LABEL, Recorder, fence
 
@@ -78,6 +76,7 @@ class Player:
         self.progress = Progress()
         self.on_progress: Callable[[Progress], None] | None = None
         self._fds: dict[int, int] = {}  # fnode -> open file
+        self._maps = MappedFiles()  # what copies and patches read and write
         self._paths: dict[int, set[Path]] = {}  # fnode -> its paths on disk
         self._prepared = False
         #: Set once the files may differ from the FSM (a write failed): no more playing.
@@ -217,27 +216,12 @@ class Player:
         elif kind is Kind.WRITE:
             os.pwrite(self._fds[fnode], data, op.offset)
         elif kind is Kind.TRUNCATE:
+            self._maps.drop(fnode)  # (a map past a file's end must not be read)
             os.ftruncate(self._fds[fnode], op.length)
         elif kind is Kind.COPY:
-            block, pairs = copies(data)
-            src, dst = self._fds[op.offset], self._fds[fnode]
-            for src_offset, offset in pairs:
-                chunk = os.pread(src, block, src_offset)
-                if len(chunk) != block:
-                    raise OSError(f"copy of {block} bytes at {src_offset} of fnode "
-                                  f"{op.offset}: it holds only {len(chunk)} there")
-                os.pwrite(dst, chunk, offset)
+            apply_copy(self._maps, self._fds, op.offset, fnode, data)
         elif kind is Kind.PATCH:
-            blocks, xored = patched(data)
-            written: bytes | memoryview = xored  # (a patch reading no file: as it is)
-            if any(src for src, _at, _n in blocks):
-                bases = b"".join(os.pread(self._fds[src], n, at) if src else bytes(n)
-                                 for src, at, n in blocks)
-                if len(bases) != len(xored):
-                    raise OSError(f"patch at {op.offset} of fnode {fnode}: a block it "
-                                  "reads is past the end of its file")
-                written = xor(xored, bases)
-            os.pwrite(self._fds[fnode], written, op.offset)
+            apply_patch(self._maps, self._fds, fnode, op.offset, data)
         elif kind is Kind.LINK:
             assert path is not None
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -250,6 +234,7 @@ class Player:
             paths.discard(path)
             if not paths:
                 del self._paths[fnode]
+                self._maps.drop(fnode)
                 os.close(self._fds.pop(fnode))
 
     async def handoff(self, author: int) -> Recorder:
@@ -313,6 +298,7 @@ class Player:
         await asyncio.to_thread(self._close_files)
 
     def _close_files(self) -> None:
+        self._maps.close()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
