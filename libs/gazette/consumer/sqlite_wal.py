@@ -84,12 +84,11 @@ class WalFrames:
             return 0
         if size < WAL_HEADER or (size - WAL_HEADER) % fs:
             return None
-        with open(path, "rb") as wal:
-            data = wal.read()
-        salts = np.frombuffer(data, ">u4", count=2, offset=16)
-        n = (len(data) - WAL_HEADER) // fs
-        words = np.frombuffer(data, ">u4", offset=WAL_HEADER, count=n * fs // 4
-                              ).reshape(n, fs // 4)
+        n = (size - WAL_HEADER) // fs
+        mapped = np.memmap(path, np.uint8, mode="r", shape=(size,))  # (headers only read)
+        salts = mapped[16:24].copy().view(">u4")
+        words = mapped[WAL_HEADER:].reshape(n, fs)[:, :16].copy().view(">u4")
+        del mapped
         ours = (words[:, 2] == salts[0]) & (words[:, 3] == salts[1])
         frames = n if ours.all() else int(np.argmin(ours))
         commits = np.flatnonzero(words[:frames, 1])
