@@ -1,47 +1,29 @@
 """`SQLiteStore`: a shard's state in a SQLite database on the member's disk, made
-durable by the shard's recovery log.
+durable by the shard's recovery log (docs/recoverylog.md says how and at what cost).
 
-The database runs in WAL mode with exclusive locking and no local fsync (the log is
-what is durable), through SQLite's own file layer: no Python runs per page read or
-written. What the log holds is the database file as of its last *rewrite* and, after
-it, the write-ahead log's frames, each recorded once:
+The database runs in WAL mode with exclusive locking and no local fsync, through
+SQLite's own file layer. The log holds the database file as of its last *rewrite* and
+the WAL's frames after it, each recorded once: at each commit the frames SQLite
+appended (its WAL hook counts them), read back, whole or as patches against each
+page's version before (`sqlite_wal`); the store's own checkpoints (SQLite runs none)
+as the copies they make, which a player runs on its own WAL to the same bytes; and a
+rewrite (at creation, and once the log a player needs outgrows 1 + `rewrite_factor`
+times the database) as the database, compressed, recorded in the background as a new
+file, with the frames meanwhile going to a new WAL, both renamed into place by one
+last append: every older segment of the log is dead from there (`gazctl shards
+prune`). Commits sealed during a rewrite are durable once that append landed.
 
-- at each commit the WAL bytes SQLite appended (every frame up to the commit's, read
-  back from the local WAL file: SQLite's WAL hook says how many there are) are
-  recorded as one write;
-- SQLite never checkpoints on its own (the WAL hook replaces its auto-checkpoints, and
-  closing does not checkpoint): the store does, at a commit, once the WAL holds
-  `checkpoint_pages` frames, and records the checkpoint as the copies it makes (each
-  page's last frame into the database: 16 bytes a page), which a player runs on its
-  own WAL to the same bytes. No page is recorded twice;
-- a *rewrite* (at the store's creation, and once the log a player needs, the last
-  rewrite's image and what followed, outgrows 1 + `rewrite_factor` times the
-  database) checkpoints the WAL into the database locally at a commit (not recorded:
-  the new file replaces the database) and records the database whole, in the
-  background, as a new file
-  under a temporary name; transactions go on, their frames recorded into a new WAL file
-  (also under a temporary name: SQLite started its WAL anew); one last append renames
-  both into place. Every older segment of the log is then dead, so hints taken after it
-  skip them and `gazctl shards prune` frees them. Commits sealed during a rewrite are
-  durable once that append landed.
-
-A played folder is therefore a database file and a WAL of whole transactions, which
-SQLite opens as it would after a crash. A consumer transaction is one SQLite
-transaction (always open: the application runs its statements through `db` as messages
-arrive); its commit writes the checkpoint into the same SQLite transaction, commits it
-locally, seals its WAL frames as the recorder's next commit at once, and is durable once
-their log append (after the transaction's own publishes: `wait_for`) is acknowledged.
-Several commits may be under way (`commits_in_flight`): their appends land in order at
-the offsets they expect, or fail.
+A played folder is a database file and a WAL of whole transactions, which SQLite opens
+as after a crash. A consumer transaction is one SQLite transaction (always open: the
+application runs its statements through `db`); its commit writes the checkpoint into
+it, commits locally, seals its frames as the recorder's next commit at once, and is
+durable once their log append (after the transaction's publishes: `wait_for`) is
+acknowledged. Up to `commits_in_flight` commits may be under way; they land in order.
 
 Use `db` from the event loop's thread, or one worker thread at a time. Do not run
 ``PRAGMA wal_checkpoint`` or change the journal mode: the store checks at each commit
-that the database file is as the log has it, and fails the shard if not.
-
-A key/value engine with a pluggable file layer (RocksDB's Env) is added the other way:
-route its file writes through `RecordedFolder`.
-
-The checkpoint table::
+that the database file is as the log has it, and fails the shard if not. The
+checkpoint table::
 
     CREATE TABLE gazette_checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0),
                                      checkpoint BLOB NOT NULL)
@@ -63,6 +45,7 @@ from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.sqlite_wal import (
     PATCH_MIN_BYTES,
     WAL_HEADER,
+    Image,
     Mapped,
     WalFrames,
 )
@@ -153,11 +136,8 @@ class SQLiteStore:
         self._rewritten: asyncio.Future[None] | None = None
         self._wal_fnode = 0  # the fnode the WAL's frames are recorded into
         self._wal_frames = WalFrames(4096)  # (of the database's page size once open)
-        #: While a rewrite records the database: its fnode, and its pages recorded.
-        self._image_fnode = 0
-        self._imaged_pages = 0
-        self._image_size = 0  # the database's size where it began
-        self._image_copied = np.zeros(0, bool)  # pages checkpoints copied into it
+        #: While a rewrite records the database: the new file as recorded so far.
+        self._image = Image(0, 0)
         #: The database file and the WAL, mapped (patches read the versions before
         #: there), and the database's size in pages as of its last change.
         self._db_map: Mapped | None = None
@@ -257,7 +237,7 @@ class SQLiteStore:
         self._record_wal()
         if self.rewriting:  # (less often: its copies wait for the log; none if shrunk)
             if self._frames >= REWRITE_CHECKPOINTS * self.checkpoint_pages and \
-                    self._wal_frames.npages * self._wal_frames.page_size >= self._image_size:
+                    self._wal_frames.npages * self._wal_frames.page_size >= self._image.size:
                 self._checkpoint()
         elif self._frames >= self.checkpoint_pages:
             self._checkpoint()
@@ -350,10 +330,7 @@ class SQLiteStore:
             if self._rewritten is None:
                 db_fnode = recorder.fnode(self.name) or 0
             else:  # its pages recorded so far, and those checkpoints copied into it
-                db_fnode, held = self._image_fnode, np.zeros(len(db), bool)
-                held[:self._imaged_pages] = True
-                copied = self._image_copied[:len(db)]
-                held[:len(copied)] |= copied
+                db_fnode, held = self._image.fnode, self._image.held(len(db))
             if self._wal_map is None:
                 self._wal_map = Mapped(wal_fd)
         wal_map = self._wal_map
@@ -412,12 +389,7 @@ class SQLiteStore:
         recorder.copy(self._wal_fnode, db_fnode, wal.page_size, pairs)
         recorder.truncate(db_fnode, size)
         if self._rewritten is not None:  # (patches may read them from the new file)
-            pages = wal.last_pages() - 1
-            if len(pages) and pages[-1] >= len(self._image_copied):
-                grown = np.zeros(max(2 * len(self._image_copied), pages[-1] + 1), bool)
-                grown[:len(self._image_copied)] = self._image_copied
-                self._image_copied = grown
-            self._image_copied[pages] = True
+            self._image.copied(wal.last_pages())
         wal.restart()
         self._frames = self._wal_end = 0
         self._database_changed()
@@ -460,11 +432,9 @@ class SQLiteStore:
         if os.fstat(self._wal_fd).st_size:
             raise StoreChanged(f"{self._wal_path}: the checkpoint left frames behind")
         self._database_changed()
-        self._image_size = self._db_stat[0]
         self._live_at = 0  # (the image as recorded, compressed, as it goes)
-        image = self._image_fnode = recorder.create(self.name + ".rewrite")
-        self._imaged_pages = 0
-        self._image_copied = np.zeros(0, bool)
+        image = recorder.create(self.name + ".rewrite")
+        self._image = Image(image, self._db_stat[0])
         self._wal_fnode = recorder.create(self._wal + ".rewrite")
         self._frames = self._wal_end = self._since_rewrite = 0
         self._wal_frames.restart()
@@ -486,7 +456,7 @@ class SQLiteStore:
         try:
             image = os.open(self.path, os.O_RDONLY)
             try:
-                size, offset = self._image_size, 0
+                size, offset = self._image.size, 0
                 while offset < size:
                     checkpoints = self.checkpoints
                     want = min(REWRITE_CHUNK, size - offset)
@@ -499,7 +469,7 @@ class SQLiteStore:
                     recorder.write_compressed(fnode, offset, data)
                     self._live_at += len(data)
                     offset += read
-                    self._imaged_pages = offset // self._wal_frames.page_size
+                    self._image.pages = offset // self._wal_frames.page_size
                     landing.append(asyncio.ensure_future(folder.land(recorder.seal())))
                     if len(landing) >= REWRITE_IN_FLIGHT:
                         await landing.pop(0)

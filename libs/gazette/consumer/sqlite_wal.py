@@ -198,3 +198,31 @@ class WalFrames:
         sources = ({wal_fnode} if in_wal.any() else set()) | \
             ({db_fnode} if in_db.any() else set())
         return table.tobytes(), data[:first] + xored.tobytes(), sources
+
+
+class Image:
+    """The database's new file while a rewrite records it, as a player holds it so far:
+    the pieces recorded (its first `pages`), and the pages checkpoints copied into it
+    meanwhile (anywhere): what patches may read from it."""
+
+    def __init__(self, fnode: int, size: int) -> None:
+        self.fnode, self.size = fnode, size  # (`size`: the database's, where it began)
+        self.pages = 0
+        self._copied = np.zeros(0, bool)
+
+    def copied(self, pages: np.ndarray) -> None:
+        """`pages` (numbers) copied into it by a checkpoint."""
+        if len(pages) and pages.max() > len(self._copied):
+            grown = np.zeros(max(2 * len(self._copied), int(pages.max())), bool)
+            grown[:len(self._copied)] = self._copied
+            self._copied = grown
+        self._copied[pages - 1] = True
+
+    def held(self, db_pages: int) -> np.ndarray:
+        """Which of the database's first `db_pages` pages it holds (by page - 1)."""
+        held = np.zeros(db_pages, bool)
+        held[:self.pages] = True
+        copied = self._copied[:db_pages]
+        held[:len(copied)] |= copied
+        return held
+
