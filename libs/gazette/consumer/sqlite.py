@@ -79,7 +79,8 @@ class SQLiteStore:
                  cache_pages: int = 2000, page_size: int = 4096,
                  rewrite_factor: float = 0.75, rewrite_min_bytes: int = 64 << 20,
                  commits_in_flight: int = 16, checkpoint_pages: int = 10_000,
-                 patch_pages: bool = True, patch_min_bytes: int = PATCH_MIN_BYTES) -> None:
+                 patch_pages: bool = True, patch_min_bytes: int = PATCH_MIN_BYTES,
+                 compress_rewrites: bool = True) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the
         smaller the pages, the fewer bytes a scattered update records (1024 records a
         quarter of 4096's for single-row updates, and is as fast here; rows larger than
@@ -92,7 +93,8 @@ class SQLiteStore:
         checkpoints it into the database at a commit (recorded as the pages' copies, not
         their bytes: a player runs the same checkpoint). `patch_pages`: record each
         frame as its page's difference from the version before it (`sqlite_wal`), not
-        whole, for commits of `patch_min_bytes` of WAL or more."""
+        whole, for commits of `patch_min_bytes` of WAL or more. `compress_rewrites`:
+        record a rewrite's database compressed (a smaller log, for some CPU)."""
         if folder is None:
             raise GazetteError("SQLiteStore needs the shard's recovery log: give the "
                                "shard a recovery_log_prefix (and a hint_prefix)")
@@ -110,12 +112,18 @@ class SQLiteStore:
                 want = "positive" if positive else f"at least {least}"
                 raise GazetteError(f"SQLiteStore: {option} must be a number, {want}, "
                                    f"not {value!r}")
+        for option, flag in (("patch_pages", patch_pages),
+                             ("compress_rewrites", compress_rewrites)):
+            if not isinstance(flag, bool):
+                raise GazetteError(f"SQLiteStore: {option} must be true or false, not "
+                                   f"{flag!r}")
         self.folder, self.name, self.cache_pages = folder, name, cache_pages
         self.page_size, self.rewrite_factor = page_size, rewrite_factor
         self.rewrite_min_bytes = rewrite_min_bytes
         self.max_commits = commits_in_flight
         self.checkpoint_pages = checkpoint_pages
         self.patch_pages, self.patch_min_bytes = patch_pages, patch_min_bytes
+        self.compress_rewrites = compress_rewrites
         self.checkpoints = 0  # checkpoints this store ran (and recorded)
         self.rewrites = 0  # rewrites this store made (its creation's included)
         self.wal_recorded = 0  # WAL bytes it recorded
@@ -411,12 +419,12 @@ class SQLiteStore:
     # -- rewriting --
 
     async def _read_image(self, fd: int, offset: int, size: int) -> tuple[int, bytes]:
-        """A piece of the database a rewrite records: its length, and it compressed
-        (`ops.compressed`: pages of rows mostly compress), in a worker thread."""
+        """A piece of the database a rewrite records: its length, and it (compressed:
+        `ops.compressed`, pages of rows mostly compress), in a worker thread."""
 
         def read() -> tuple[int, bytes]:
             data = os.pread(fd, size, offset)
-            return len(data), compressed(data)
+            return len(data), compressed(data) if self.compress_rewrites else data
 
         return await asyncio.to_thread(read)
 
@@ -466,7 +474,10 @@ class SQLiteStore:
                     if read != want:
                         raise StoreChanged(f"{self.path} is shorter than its rewrite "
                                            f"({offset + read} bytes, not {size})")
-                    recorder.write_compressed(fnode, offset, data)
+                    if self.compress_rewrites:
+                        recorder.write_compressed(fnode, offset, data)
+                    else:
+                        recorder.write(fnode, offset, data)
                     self._live_at += len(data)
                     offset += read
                     self._image.pages = offset // self._wal_frames.page_size

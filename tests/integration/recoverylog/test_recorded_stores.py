@@ -38,7 +38,8 @@ children:
   - name: stores/json
   - name: stores/crash
   - name: stores/fence
-  - name: stores/rewrite
+  - name: stores/rewrite-True
+  - name: stores/rewrite-False
   - name: stores/pipelined-1
   - name: stores/pipelined-2
   - name: stores/foreign
@@ -193,11 +194,14 @@ async def test_a_successor_fences_the_old_store_out(
     await check.close()
 
 
+@pytest.mark.parametrize("compress", [True, False])
 async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
-        client: JournalClient, tmp_path: Path) -> None:
-    folder = await take(client, "stores/rewrite", tmp_path / "primary", 0x91)
+        client: JournalClient, tmp_path: Path, compress: bool) -> None:
+    log = f"stores/rewrite-{compress}"
+    folder = await take(client, log, tmp_path / "primary", 0x91)
     store = SQLiteStore(folder, page_size=1024, rewrite_factor=0.5,
-                        rewrite_min_bytes=64 << 10, checkpoint_pages=30)
+                        rewrite_min_bytes=64 << 10, checkpoint_pages=30,
+                        compress_rewrites=compress)
     await store.restore_checkpoint()
     first_hints = folder.hints
     assert first_hints is not None and store.rewrites == 1  # the creation's
@@ -209,18 +213,18 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
     want_rows = rows(store.db)
     # Hints now start after the log's first half: a player skips all of it.
     start = min(seg.first_offset for segs in hints.live_nodes.values() for seg in segs)
-    head = await client.write_head("stores/rewrite")
+    head = await client.write_head(log)
     assert start > head // 4, (start, head)
     # What a player makes from the hints and from the log's start is the primary's
     # folder (the database as rewritten, the WAL since), and a sound database.
     want = digest(tmp_path / "primary")
     for name, given in (("from-hints", hints), ("from-start", None)):
-        player = Player(client, "stores/rewrite", tmp_path / name, given)
+        player = Player(client, log, tmp_path / name, given)
         await player.play()
         await player.finish()
         assert digest(tmp_path / name) == want, name
     await store.close()
-    successor = SQLiteStore(await take(client, "stores/rewrite", tmp_path / "next", 0x92,
+    successor = SQLiteStore(await take(client, log, tmp_path / "next", 0x92,
                                        hints))
     assert await successor.restore_checkpoint() == checkpoint(40)
     assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -443,6 +447,7 @@ async def test_a_commit_during_a_rewrite_is_durable_only_once_the_rewrite_landed
     ({"rewrite_factor": -1}, "rewrite_factor must be a number, positive, not -1"),
     ({"page_size": 1000}, "page_size 1000 is not a power of two"),
     ({"patch_min_bytes": "x"}, "patch_min_bytes must be a number, at least 0, not 'x'"),
+    ({"compress_rewrites": "no"}, "compress_rewrites must be true or false, not 'no'"),
 ])
 def test_bad_options_are_refused_naming_them(tmp_path: Path, options: dict[str, object],
                                               message: str) -> None:
