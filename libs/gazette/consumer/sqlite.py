@@ -225,7 +225,7 @@ class SQLiteStore:
             self._db_stat = self._stat()
             recorder = folder.recorder
             self._live_at = recorder.head - recorder.fsm.hints(recorder.log).first_offset()
-            self._wal_fnode = folder.recorder.fnode(self._wal) or 0
+            self._wal_fnode = recorder.fnode(self._wal) or 0
             for _ in self._wal_frames.read(self._wal_fd, 0, self._wal_end, REWRITE_CHUNK):
                 pass  # (its frames noted)
             self._record_wal()
@@ -334,11 +334,9 @@ class SQLiteStore:
             return
         db, db_fnode, held = np.zeros((0, wal.page_size), np.uint8), 0, None
         if self.patch_pages:
-            db = self._database()
-            if self._rewritten is None:
-                db_fnode = recorder.fnode(self.name) or 0
-            else:  # its pages recorded so far, and those checkpoints copied into it
-                db_fnode, held = self._image.fnode, self._image.held(len(db))
+            db, db_fnode = self._database(), self._db_fnode()
+            if self._rewritten is not None:  # its pages recorded, and those copied in
+                held = self._image.held(len(db))
             if self._wal_map is None:
                 self._wal_map = Mapped(wal_fd)
         wal_map = self._wal_map
@@ -362,6 +360,14 @@ class SQLiteStore:
         self._since_rewrite += n
         self.wal_recorded += n
 
+    def _db_fnode(self) -> int:
+        """The log's database file: the new one while a rewrite is under way."""
+        if self._rewritten is not None:
+            return self._image.fnode
+        fnode = self.folder.recorder.fnode(self.name)
+        assert fnode is not None
+        return fnode
+
     def _database(self) -> np.ndarray:
         """The database file's pages as of its last change (rows)."""
         if self._db_map is None:
@@ -384,8 +390,7 @@ class SQLiteStore:
         recorder.settle()  # (its frames noted)
         # (During a rewrite, into the new database: the copies land in the pages it
         # recorded and past them; pages it records later are read after this.)
-        db_fnode = recorder.fnode(self.name + ".rewrite") or recorder.fnode(self.name)
-        assert db_fnode is not None
+        db_fnode = self._db_fnode()
         pairs, size = wal.copies(), wal.npages * wal.page_size
         # (Frames being encoded read the database and the WAL as they are until here.)
         frames, copied = self.db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_RESTART)

@@ -225,4 +225,3 @@ class Image:
         copied = self._copied[:db_pages]
         held[:len(copied)] |= copied
         return held
-

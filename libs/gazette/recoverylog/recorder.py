@@ -96,6 +96,14 @@ _Encoded = tuple[bytearray, list[Op], Callable[[int], None] | None]
 Later = tuple[Kind, int, int, bytes | memoryview, bytes | None, set[int]]
 
 
+def _joined(buf: bytearray, more: bytearray) -> bytearray:
+    """`buf` extended by `more` (`more` itself when `buf` is empty: most often, no copy)."""
+    if not buf:
+        return more
+    buf += more
+    return buf
+
+
 class Recorder:
     """Records into `log` after `fsm` (as played, or after the handoff that made this
     process the log's writer, whose end is `head`). Paths are relative to the store's
@@ -276,16 +284,10 @@ class Recorder:
             self.fsm.apply(op)
         sealed, self._encoding_sealed = self._encoding_sealed, None
         if sealed is None:
-            if self._pending:
-                self._pending += frame
-            else:  # (most often: no copy)
-                self._pending = frame
+            self._pending = _joined(self._pending, frame)
             self._ops += len(ops)
         else:
-            if sealed.data:
-                sealed.data += frame
-            else:
-                sealed.data = frame
+            sealed.data = _joined(sealed.data, frame)
             sealed.ops += len(ops)
             self._inflight += len(frame)
             if sealed.want_hints:
