@@ -118,6 +118,7 @@ class SQLiteStore:
                 raise GazetteError(f"SQLiteStore: {option} must be true or false, not "
                                    f"{flag!r}")
         self.folder, self.name, self.cache_pages = folder, name, cache_pages
+        self._db_path = str(folder.path(name))  # (asked at every commit)
         self.page_size, self.rewrite_factor = page_size, rewrite_factor
         self.rewrite_min_bytes = rewrite_min_bytes
         self.max_commits = commits_in_flight
@@ -293,7 +294,7 @@ class SQLiteStore:
 
     @property
     def _wal_path(self) -> str:
-        return str(self.path) + "-wal"
+        return self._db_path + "-wal"
 
     def _on_wal(self, _db: apsw.Connection, _name: str, frames: int) -> int:
         self._frames = frames
@@ -343,12 +344,13 @@ class SQLiteStore:
 
         def make() -> list[Later]:
             out: list[Later] = []
-            for at, data, pages, before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
+            for at, data, pages, before in wal.read(wal_fd, start, end, REWRITE_CHUNK,
+                                                    room=wal_map is not None):
                 if wal_map is not None and wal.worth_patching(
                         data, pages, before, len(db), self.patch_min_bytes):
-                    table, xored, sources = wal.patch(data, at, pages, before, wal_map,
-                                                      fnode, db, db_fnode, held)
-                    out.append((Kind.PATCH, fnode, at, xored, table, sources))
+                    patch, sources = wal.patch(data, at, pages, before, wal_map, fnode,
+                                               db, db_fnode, held)
+                    out.append((Kind.PATCH, fnode, at, patch, None, sources))
                 else:
                     out.append((Kind.WRITE, fnode, at, data, None, set()))
             return out
@@ -413,7 +415,7 @@ class SQLiteStore:
         return (wal.npages or _one(self.db, "PRAGMA page_count")) * wal.page_size
 
     def _stat(self) -> tuple[int, int]:
-        st = os.stat(self.path)
+        st = os.stat(self._db_path)
         return st.st_size, st.st_mtime_ns
 
     def _check_db(self) -> None:

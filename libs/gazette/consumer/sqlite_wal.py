@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from gazette.recoverylog.blocks import COPY_PAIR_DTYPE, PATCH_BLOCK_DTYPE
+from gazette.recoverylog.ops import patch_room
 
 #: The WAL's header, and each frame's header (before its page), in bytes.
 WAL_HEADER, FRAME_HEADER = 32, 24
@@ -98,19 +99,28 @@ class WalFrames:
         """The WAL's size holding `frames` frames."""
         return WAL_HEADER + frames * self.frame_bytes if frames else 0
 
-    def read(self, fd: int, start: int, end: int, piece: int
-             ) -> Iterator[tuple[int, bytes, np.ndarray, np.ndarray]]:
+    def read(self, fd: int, start: int, end: int, piece: int, *, room: bool = False
+             ) -> Iterator[tuple[int, bytes | memoryview, np.ndarray, np.ndarray]]:
         """The WAL's bytes [start, end) in pieces of whole frames (about `piece` bytes),
         each with its frames' pages and, for each, the WAL offset of its page's version
-        before (-1: none in this WAL); the frames are noted as read."""
+        before (-1: none in this WAL); the frames are noted as read. With `room`, each
+        piece is read into a buffer of its own with room before it for a patch's count
+        and blocks (`ops.patch_room`), where `patch` makes the patch in place."""
         fs = self.frame_bytes
         per_read = max(1, piece // fs) * fs
         while start < end:
             first = WAL_HEADER if start == 0 else 0
             size = min(end - start, per_read + first)
-            data = os.pread(fd, size, start)
-            if len(data) != size:
-                raise OSError(f"the WAL is shorter than SQLite says ({start + len(data)} "
+            data: bytes | memoryview
+            if room:
+                head = patch_room(2 * ((size - first) // fs) + (1 if first else 0))
+                data = np.empty(head + size, np.uint8).data[head:]
+                read = os.preadv(fd, [data], start)
+            else:
+                data = os.pread(fd, size, start)
+                read = len(data)
+            if read != size:
+                raise OSError(f"the WAL is shorter than SQLite says ({start + read} "
                               f"bytes, not {end})")
             words = np.frombuffer(data, ">u4", offset=first).reshape(-1, fs // 4)
             pages, commits = words[:, 0].astype(np.int64), words[:, 1]
@@ -133,7 +143,7 @@ class WalFrames:
             yield start, data, pages, before
             start += size
 
-    def worth_patching(self, data: bytes, pages: np.ndarray, before: np.ndarray,
+    def worth_patching(self, data: bytes | memoryview, pages: np.ndarray, before: np.ndarray,
                        db_pages: int, min_bytes: int = PATCH_MIN_BYTES) -> bool:
         """Whether a piece is worth a patch: big enough, and most of its frames have a
         version before them (a patch of pages new to the database only compresses
@@ -160,31 +170,41 @@ class WalFrames:
         pairs["offset"] = (pages[order] - 1) * self.page_size
         return pairs.tobytes()
 
-    def patch(self, data: bytes, start: int, pages: np.ndarray, before: np.ndarray,
+    def patch(self, data: bytes | memoryview, start: int, pages: np.ndarray, before: np.ndarray,
               wal: Mapped, wal_fnode: int, db: np.ndarray, db_fnode: int,
-              held: np.ndarray | None = None) -> tuple[bytes, bytes, set[int]]:
-        """`data` (the WAL's bytes at `start`, whole frames, as `read` gave them with
-        `pages` and `before`) told as a patch: its blocks (packed), the bytes XORed with
-        them, and the fnodes they read. `db`: the database file's pages (rows); `held`:
-        which of them the log's database holds (by page - 1; None: all). Reads the WAL
-        before `start` and `db`: they must not change meanwhile (any thread)."""
-        fs, ps = self.frame_bytes, self.page_size
+              held: np.ndarray | None = None) -> tuple[memoryview, set[int]]:
+        """`data` (the WAL's bytes at `start`, whole frames, as `read(room=True)` gave
+        them with `pages` and `before`) told as a patch, made in `data`'s buffer: its frames XORed
+        in place with their versions before, its count and blocks written in the room
+        before them. Returns the patch's parts, laid out (`ops.packed_patch`), and the
+        fnodes its blocks read. `db`: the database file's pages (rows); `held`: which of
+        them the log's database holds (by page - 1; None: all). Reads the WAL before
+        `start` and `db`: they must not change meanwhile (any thread)."""
+        body: object = data.obj if isinstance(data, memoryview) else None
+        if not isinstance(body, np.ndarray) or body.dtype != np.uint8:
+            raise TypeError("WalFrames.patch: data must be a piece as read(room=True) "
+                            "gave it")
+        room, fs, ps = len(body) - len(data), self.frame_bytes, self.page_size
         first = WAL_HEADER if start == 0 else 0
         n = len(pages)
-        frames = np.frombuffer(data, np.uint8, count=n * fs, offset=first).reshape(n, fs)
-        xored = frames.copy()
+        count = 2 * n + (1 if first else 0)
+        if room != patch_room(count):
+            raise ValueError(f"WalFrames.patch: {room} bytes of room for {count} blocks")
+        frames = body[room + first:room + first + n * fs].reshape(n, fs)
         in_wal = before >= 0
-        if in_wal.any():
+        if in_wal.any():  # (a version in this piece: the map still has it as it was)
             length = start + len(data)
             frames_before = wal.view(length)[WAL_HEADER:].reshape(-1, fs)
             rows = (before[in_wal] - WAL_HEADER - FRAME_HEADER) // fs
-            xored[in_wal, FRAME_HEADER:] ^= frames_before[rows, FRAME_HEADER:]
+            frames[in_wal, FRAME_HEADER:] ^= frames_before[rows, FRAME_HEADER:]
         in_db = ~in_wal & (pages <= len(db))
         if held is not None:
             in_db[in_db] = held[pages[in_db] - 1]
         if in_db.any():
-            xored[in_db, FRAME_HEADER:] ^= db[pages[in_db] - 1]
-        table = np.zeros(2 * n + (1 if first else 0), PATCH_BLOCK_DTYPE)
+            frames[in_db, FRAME_HEADER:] ^= db[pages[in_db] - 1]
+        body[:room] = 0
+        body[:4].view("<u4")[0] = count
+        table = body[4:room].view(PATCH_BLOCK_DTYPE)
         blocks = table[1:] if first else table
         if first:
             table[0]["length"] = WAL_HEADER
@@ -197,7 +217,7 @@ class WalFrames:
         page_blocks["offset"][in_db] = (pages[in_db] - 1) * ps
         sources = ({wal_fnode} if in_wal.any() else set()) | \
             ({db_fnode} if in_db.any() else set())
-        return table.tobytes(), data[:first] + xored.tobytes(), sources
+        return body.data, sources
 
 
 class Image:

@@ -180,7 +180,21 @@ def patch_data(blocks: list[Block] | bytes, xored: bytes | bytearray | memoryvie
             raise ValueError(f"blocks of {total} bytes, XORed with {len(xored)}")
         table = pack_blocks(blocks)
     count = _PATCH_COUNT.pack(len(table) // _PATCH_BLOCK.size)
-    return bytes(cramjam.zstd.compress(b"".join((count, table, xored)), level=PATCH_LEVEL))
+    return bytes(packed_patch(b"".join((count, table, xored))))
+
+
+def patch_room(blocks: int) -> int:
+    """The bytes before a patch's XORed bytes in its data as `patch_data` lays it out
+    (the count, and a table of `blocks`): room a caller leaves at the head of one buffer
+    to build a patch in place (`packed_patch`), without joining copies."""
+    return _PATCH_COUNT.size + blocks * _PATCH_BLOCK.size
+
+
+def packed_patch(body: bytes | bytearray | memoryview) -> memoryview:
+    """A `PATCH`'s data from its parts laid out in one buffer as `patch_data` joins them
+    (count, packed blocks, XORed bytes), compressed (outside the GIL: a recorder's
+    thread holds it as little as it can, the event loop's thread needs it)."""
+    return memoryview(cramjam.zstd.compress(body, level=PATCH_LEVEL))
 
 
 def compressed(data: bytes | bytearray | memoryview) -> bytes:

@@ -32,6 +32,7 @@ from gazette.recoverylog.ops import (
     Op,
     chain,
     copy_data,
+    packed_patch,
     patch_data,
     patch_sources,
     record,
@@ -91,8 +92,8 @@ class Sealed:
 #: told the bytes of their data once they are taken in.
 _Encoded = tuple[bytearray, list[Op], Callable[[int], None] | None]
 #: An operation to encode there: kind (WRITE or PATCH), fnode, offset, its bytes (a
-#: patch's XORed bytes), and a patch's packed blocks and sources (None, empty for a
-#: write).
+#: patch's XORed bytes, or with blocks None its parts laid out: `ops.packed_patch`),
+#: and a patch's packed blocks and sources (None, empty for a write).
 Later = tuple[Kind, int, int, bytes | memoryview, bytes | None, set[int]]
 
 
@@ -249,12 +250,12 @@ class Recorder:
             def encode() -> _Encoded:
                 frames, ops, at, seq, sum_ = bytearray(), [], begin, seq_no, checksum
                 for kind, fnode, offset, payload, blocks, sources in make():
+                    data: bytes | memoryview = payload
+                    path = ""
                     if kind is Kind.PATCH:
-                        assert blocks is not None
-                        data = patch_data(blocks, payload)
+                        data = packed_patch(payload) if blocks is None else \
+                            patch_data(blocks, payload)
                         path = patch_sources(sources=sources)
-                    else:
-                        data, path = bytes(payload), ""
                     op = record(frames, kind, seq, sum_, author, at, fnode=fnode,
                                 offset=offset, length=len(data), path=path, data=data)
                     ops.append(op)
