@@ -65,6 +65,11 @@ REWRITE_COMMITS = 256
 #: While a rewrite records the database, the WAL is checkpointed at this many times
 #: `checkpoint_pages` (it stays bounded however long the rewrite takes).
 REWRITE_CHECKPOINTS = 10
+#: A commit whose frames are being encoded when it reaches `checkpoint_pages` is
+#: checkpointed only at this many times it: a checkpoint waits for them (it changes
+#: what they read), so fewer, larger ones cost less (measured: random updates ~10%
+#: faster than checkpointing each 10,000 frames of 1 KiB).
+ENCODING_CHECKPOINTS = 3
 
 
 class StoreChanged(GazetteError):
@@ -248,7 +253,9 @@ class SQLiteStore:
             if self._frames >= REWRITE_CHECKPOINTS * self.checkpoint_pages and \
                     self._wal_frames.npages * self._wal_frames.page_size >= self._image.size:
                 self._checkpoint()
-        elif self._frames >= self.checkpoint_pages:
+        elif self._frames >= self.checkpoint_pages and (
+                not self.folder.recorder.encoding or
+                self._frames >= ENCODING_CHECKPOINTS * self.checkpoint_pages):
             self._checkpoint()
         sealed = self.folder.recorder.seal(hints=True)
         after = self._rewritten

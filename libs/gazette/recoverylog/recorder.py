@@ -338,6 +338,11 @@ class Recorder:
         return self.fsm.links.get(path)
 
     @property
+    def encoding(self) -> bool:
+        """Whether frames are being encoded (`settle` would wait for them)."""
+        return self._encoding is not None and not self._encoding.done()
+
+    @property
     def pending_bytes(self) -> int:
         return len(self._pending) + (len(self._open[2]) if self._open is not None else 0)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -47,6 +49,8 @@ children:
   - name: stores/reopened
   - name: stores/midrewrite
   - name: stores/ckpt-rewrite
+  - name: stores/ckpt-encoding-True
+  - name: stores/ckpt-encoding-False
 """
 
 
@@ -231,6 +235,52 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
     assert rows(successor.db) == want_rows
     assert successor.rewrites == 0  # its WAL played whole: it goes on appending to it
     await successor.close()
+
+
+@pytest.mark.parametrize("patched", [True, False])
+async def test_a_checkpoint_waits_until_what_is_being_encoded_is_worth_it(
+        client: JournalClient, tmp_path: Path, patched: bool) -> None:
+    # A checkpoint waits for the frames being encoded: while some are (patches, in the
+    # recorder's thread), it comes at 3 x checkpoint_pages; else at checkpoint_pages.
+    at: list[int] = []
+
+    class Watched(SQLiteStore):
+        def _checkpoint(self) -> None:
+            at.append(self._frames)
+            super()._checkpoint()
+
+    log = f"stores/ckpt-encoding-{patched}"
+    folder = await take(client, log, tmp_path / "primary", 0xE5)
+    store = Watched(folder, checkpoint_pages=40, patch_pages=patched, patch_min_bytes=0)
+    await store.restore_checkpoint()
+    recorder = folder.recorder
+    record_later = recorder.record_later
+
+    def slowly(make: Any, recorded: Any = None) -> None:
+        def slow() -> Any:
+            time.sleep(0.02)  # (a big commit's patches: still encoding at the check)
+            return make()
+        record_later(slow, recorded)
+
+    recorder.record_later = slowly  # type: ignore[method-assign]
+    rng, most = random.Random(8), 0  # (small commits: a few frames each)
+    store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
+    for t in range(100):
+        before = store._frames
+        store.db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                             [(rng.randrange(5000), rng.randbytes(100).hex())
+                              for _ in range(4)])
+        await store.start_commit(checkpoint(t + 1), [])
+        most = max(most, store._frames - before)
+    least = 3 * 40 if patched else 40
+    assert len(at) >= 2 and all(least <= frames < least + most for frames in at), at
+    want_files = digest(tmp_path / "primary")
+    hints = await recorder.commit(hints=True)
+    await store.close()
+    player = Player(client, log, tmp_path / "played", hints)
+    await player.play()
+    await player.finish()
+    assert digest(tmp_path / "played") == want_files
 
 
 async def test_checkpoints_during_a_rewrite_play_the_same(
