@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 #: What `append` takes: bytes-like content, or chunks of it (a sync iterable is
 #: collected first so the append can be sent again; an async one is streamed once).
-AppendContent = bytes | bytearray | memoryview | Iterable[bytes] | AsyncIterable[bytes]
+AppendContent = (bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]
+                 | AsyncIterable[bytes])
 
 _COMMIT = pb.AppendRequest()  # an empty content message commits the append
 

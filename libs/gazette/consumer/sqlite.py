@@ -83,7 +83,7 @@ class SQLiteStore:
     def __init__(self, folder: RecordedFolder | None, name: str = "store.db", *,
                  cache_pages: int = 2000, page_size: int = 4096,
                  rewrite_factor: float = 0.75, rewrite_min_bytes: int = 64 << 20,
-                 commits_in_flight: int = 16, checkpoint_pages: int = 10_000,
+                 commits_in_flight: int = 32, checkpoint_pages: int = 10_000,
                  patch_pages: bool = True, patch_min_bytes: int = PATCH_MIN_BYTES,
                  compress_rewrites: bool = True) -> None:
         """`page_size` applies to a new database (an existing one keeps its own): the

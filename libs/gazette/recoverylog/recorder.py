@@ -437,11 +437,12 @@ class Recorder:
     async def _send(self, batch: list[Sealed], before: asyncio.Future[None] | None,
                     done: asyncio.Future[None]) -> None:
         offset = batch[0].offset
-        data = batch[0].data if len(batch) == 1 else b"".join(s.data for s in batch)
+        parts = [s.data for s in batch if s.data]  # (sent as they are: not joined)
+        size = sum(len(part) for part in parts)
         try:
             result = None
-            if data:
-                result = await self.client.append(self.log, data, offset=offset,
+            if size:
+                result = await self.client.append(self.log, parts, offset=offset,
                                                   check_registers=self._check)
             if before is not None:
                 await before  # (landing in order, the results come back in any)
@@ -467,9 +468,9 @@ class Recorder:
                 raise
             return
         with self.lock:
-            self.head = offset + len(data)
-            self._inflight -= len(data)
-        RECORDED_BYTES.inc(len(data))
+            self.head = offset + size
+            self._inflight -= size
+        RECORDED_BYTES.inc(size)
         RECORDED_OPS.inc(sum(s.ops for s in batch))
         for sealed in batch:
             sealed.landed.set_result(None)
