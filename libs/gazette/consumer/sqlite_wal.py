@@ -143,8 +143,9 @@ class WalFrames:
             yield start, data, pages, before
             start += size
 
-    def worth_patching(self, data: bytes | memoryview, pages: np.ndarray, before: np.ndarray,
-                       db_pages: int, min_bytes: int = PATCH_MIN_BYTES) -> bool:
+    def worth_patching(self, data: bytes | memoryview, pages: np.ndarray,
+                       before: np.ndarray, db_pages: int,
+                       min_bytes: int = PATCH_MIN_BYTES) -> bool:
         """Whether a piece is worth a patch: big enough, and most of its frames have a
         version before them (a patch of pages new to the database only compresses
         them: cheaper recorded whole)."""
@@ -170,16 +171,18 @@ class WalFrames:
         pairs["offset"] = (pages[order] - 1) * self.page_size
         return pairs.tobytes()
 
-    def patch(self, data: bytes | memoryview, start: int, pages: np.ndarray, before: np.ndarray,
-              wal: Mapped, wal_fnode: int, db: np.ndarray, db_fnode: int,
-              held: np.ndarray | None = None) -> tuple[memoryview, set[int]]:
+    def patch(self, data: bytes | memoryview, start: int, pages: np.ndarray,
+              before: np.ndarray, wal: Mapped, wal_fnode: int, db: np.ndarray,
+              db_fnode: int, held: np.ndarray | None = None
+              ) -> tuple[memoryview, set[int]]:
         """`data` (the WAL's bytes at `start`, whole frames, as `read(room=True)` gave
-        them with `pages` and `before`) told as a patch, made in `data`'s buffer: its frames XORed
-        in place with their versions before, its count and blocks written in the room
-        before them. Returns the patch's parts, laid out (`ops.packed_patch`), and the
-        fnodes its blocks read. `db`: the database file's pages (rows); `held`: which of
-        them the log's database holds (by page - 1; None: all). Reads the WAL before
-        `start` and `db`: they must not change meanwhile (any thread)."""
+        them with `pages` and `before`) told as a patch, made in `data`'s buffer: its
+        frames XORed in place with their versions before, its count and blocks written
+        in the room before them. Returns the patch's parts, laid out
+        (`ops.packed_patch`), and the fnodes its blocks read. `db`: the database file's
+        pages (rows); `held`: which of them the log's database holds (by page - 1; None:
+        all). Reads the WAL before `start` and `db`: they must not change meanwhile (any
+        thread)."""
         body: object = data.obj if isinstance(data, memoryview) else None
         if not isinstance(body, np.ndarray) or body.dtype != np.uint8:
             raise TypeError("WalFrames.patch: data must be a piece as read(room=True) "

@@ -45,7 +45,7 @@ class Segment:
     last_offset: int
 
     def copy(self) -> Segment:
-        """(Cheaper than `dataclasses.replace`: hints are taken at every commit.)"""
+        """A copy (cheaper than through `asdict`: hints are taken at every commit)."""
         return Segment(self.author, self.first_seq_no, self.first_offset,
                        self.first_checksum, self.last_seq_no, self.last_offset)
 
