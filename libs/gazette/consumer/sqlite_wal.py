@@ -56,6 +56,13 @@ class Mapped:
             self._map = None
 
 
+def _grown(array: np.ndarray, length: int, fill: int | bool) -> np.ndarray:
+    """`array` at least `length` long (doubled at least: grown rarely), `fill` after."""
+    grown = np.full(max(2 * len(array), length), fill, array.dtype)
+    grown[:len(array)] = array
+    return grown
+
+
 class WalFrames:
     """The frames of one WAL since it began (SQLite restarts it at checkpoints)."""
 
@@ -126,10 +133,7 @@ class WalFrames:
             pages, commits = words[:, 0].astype(np.int64), words[:, 1]
             at = start + first + FRAME_HEADER + fs * np.arange(len(pages), dtype=np.int64)
             if pages.max() >= len(self.latest):
-                grown = np.full(max(2 * len(self.latest), int(pages.max()) + 1), -1,
-                                np.int64)
-                grown[:len(self.latest)] = self.latest
-                self.latest = grown
+                self.latest = _grown(self.latest, int(pages.max()) + 1, -1)
             before = self.latest[pages]
             self.latest[pages] = at
             if (self.latest[pages] != at).any():  # a page twice: in order
@@ -236,9 +240,7 @@ class Image:
     def copied(self, pages: np.ndarray) -> None:
         """`pages` (numbers) copied into it by a checkpoint."""
         if len(pages) and pages.max() > len(self._copied):
-            grown = np.zeros(max(2 * len(self._copied), int(pages.max())), bool)
-            grown[:len(self._copied)] = self._copied
-            self._copied = grown
+            self._copied = _grown(self._copied, int(pages.max()), False)
         self._copied[pages - 1] = True
 
     def held(self, db_pages: int) -> np.ndarray:
