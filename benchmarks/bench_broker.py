@@ -20,15 +20,16 @@ from gazette.protocol import journal_changes_from_yaml
 
 @contextlib.asynccontextmanager
 async def serving_broker(etcd_endpoint: str, workdir: Path, specs: str,
-                         journals: Sequence[str]) -> AsyncIterator[JournalClient]:
-    """A broker with `specs` applied; yields a client once it serves every one of
-    `journals` (30 s at most); stops the broker on the way out."""
+                         journals: Sequence[str], extra: Sequence[str] = ()
+                         ) -> AsyncIterator[JournalClient]:
+    """A broker with `specs` applied (and the options `extra`); yields a client once it
+    serves every one of `journals` (30 s at most); stops the broker on the way out."""
     port = free_port()
     broker = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gazette_broker", "serve", "--broker.port", str(port),
         "--broker.http-port", "-1", "--broker.host", "127.0.0.1", "--broker.file-root",
         str(workdir / "store"), "--broker.spool-dir", str(workdir / "spools"),
-        "--etcd.address", etcd_endpoint, "--log.level", "warn", env=dict(os.environ))
+        "--etcd.address", etcd_endpoint, "--log.level", "warn", *extra, env=dict(os.environ))
     try:
         async with Etcd(etcd_endpoint) as etcd:
             await apply_changes(etcd, Layout.brokers(), journal_changes_from_yaml(specs))

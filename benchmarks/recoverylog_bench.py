@@ -109,6 +109,9 @@ children:
   - name: bench/bound
     fragment: {length: 8388608}
 """
+#: Whether the broker serves its data path (``--broker.data-port``), which the
+#: recorder's appends then take; ``DATA_PATH=0``: gRPC only.
+DATA_PATH = os.environ.get("DATA_PATH", "1") != "0"
 #: The recorded store's options in the overhead and log-size phases (the plain
 #: baseline uses the same page size): 1 KiB pages, for these ~100-byte rows.
 STORE_OPTIONS: dict[str, Any] = {"page_size": 1024,
@@ -404,7 +407,9 @@ async def bench_cold_start(client: JournalClient, workdir: Path) -> dict[str, An
 async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
     result: dict[str, Any] = {}
     journals = [f"bench/{r}" for r in ("playback", "random-0", "sequential-2", "cold")]
-    async with serving_broker(etcd.endpoint, workdir, SPECS, journals) as client:
+    extra = ("--broker.data-port", "0") if DATA_PATH else ()
+    result["data_path"] = DATA_PATH
+    async with serving_broker(etcd.endpoint, workdir, SPECS, journals, extra) as client:
         if wanted("playback"):
             rate, played = await bench_playback(client, workdir)
             result.update(playback_mb_per_s=round(rate), playback_bytes=played)

@@ -16,6 +16,7 @@ import grpc
 from gazette import names
 from gazette.client.connection import Connection, _check_offset, _not_str
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
+from gazette.client.framed import AppendLost, DataPaths
 from gazette.client.metrics import APPEND_BYTES, APPENDS
 from gazette.client.reads import Reads
 from gazette.client.results import AppendResult
@@ -82,10 +83,14 @@ class Appends:
     own (closed by `close`)."""
 
     def __init__(self, connection: Connection, reads: Reads, *,
-                 route_appends: bool = False) -> None:
+                 route_appends: bool = False, data_path: bool = True) -> None:
         self._connection = connection
         self._reads = reads
         self.route_appends = route_appends
+        #: With `data_path`: journal -> its primary's data endpoint, once a response
+        #: named one, and the connections to them.
+        self._data_targets: dict[str, str] = {}
+        self._data = DataPaths(connection.auth, connection.timeout) if data_path else None
         self._broker = _Appender(connection.channel)
         #: With `route_appends`: journal -> its primary's gRPC target, and an appender
         #: per target.
@@ -95,8 +100,10 @@ class Appends:
         self._whole_appends = True
 
     async def close(self) -> None:
-        """Close the channels to journals' primaries."""
+        """Close the channels to journals' primaries, and the data paths."""
         await asyncio.gather(*(a.channel.close(None) for a in self._appenders.values()))
+        if self._data is not None:
+            await self._data.close()
 
     async def append(self, journal: str, content: AppendContent, *,
                      offset: int | None = None, check_registers: Selector | None = None,
@@ -136,10 +143,12 @@ class Appends:
         while True:
             appender = self._appender(journal)
             try:
-                resp = await self._attempt(first, messages, appender)
+                resp = await self._by_data_path(journal, first, messages, size) or \
+                    await self._attempt(first, messages, appender)
             except _AttemptFailed as failed:
                 if appender is not self._broker:  # back to our own address
                     self._primaries.pop(journal, None)
+                self._data_targets.pop(journal, None)
                 # Only a transport failure leaves a sent commit in doubt: other codes are
                 # the broker's own refusals, made before anything was written.
                 # An empty append writes no content (its register changes, if any, are
@@ -182,9 +191,35 @@ class Appends:
             appender = self._appenders[target] = _Appender(channel)
         return appender
 
+    async def _by_data_path(self, journal: str, first: pb.AppendRequest,
+                            messages: Sequence[Content], size: int
+                            ) -> pb.AppendResponse | None:
+        """The answer to the append sent on the journal's data path; None where there
+        is none to use (not known, unreachable, or the content does not fit a frame)."""
+        endpoint = self._data_targets.get(journal) if self._data is not None else None
+        if endpoint is None or self._data is None:
+            return None
+        conn = await self._data.get(endpoint)
+        if conn is None or not conn.fits(size):
+            return None
+        try:
+            return await conn.append(first, [p for msg in messages for p in msg.parts], size)
+        except AppendLost as lost:
+            raise _AttemptFailed(lost.err, committing=True) from lost.err
+        except grpc.aio.AioRpcError as err:  # the broker's refusal: nothing written
+            raise _AttemptFailed(err, committing=False) from err
+
     def _learn(self, journal: str, header: pb.Header) -> None:
-        """Remember the primary a response's route names (with `route_appends`)."""
+        """Remember the primary a response's route names (with `route_appends`), and
+        its data endpoint (with a data path)."""
         route = header.route
+        if self._data is not None:
+            data = route.data_endpoints[route.primary] \
+                if 0 <= route.primary < len(route.data_endpoints) else ""
+            if data:
+                self._data_targets[journal] = data
+            else:
+                self._data_targets.pop(journal, None)
         if not self.route_appends or not 0 <= route.primary < len(route.endpoints):
             return
         try:

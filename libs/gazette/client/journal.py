@@ -27,6 +27,14 @@ straight to it (one hop less), falling back to its own address when the primary 
 be reached or the route changes. Brokers' advertised endpoints must then be reachable
 from the client.
 
+The data path. A broker started with ``--broker.data-port`` advertises a data endpoint
+in routes (`gazette.protocol.frames`): with ``data_path=True`` (the default) the client
+then sends a journal's appends that fit a frame straight to its primary's, pipelined on
+one connection, once a response named it (`gazette.client.framed`); others, and all
+while that endpoint cannot be reached, go by gRPC as before. Same retries and
+resolution; a commit made there carries `NO_SHA1` (the broker checked the content's
+CRC-32 instead of summing it apart).
+
 Where each part lives: `connection` (address, channel, retries, argument checks),
 `reads` (`read`, `write_head`), `appends` (`append`, holding the reads to resolve lost
 answers, and routing), `specs` (`list`, `watch`, `apply`, `fragments`); `JournalClient`
@@ -68,11 +76,12 @@ class JournalClient:
     def __init__(self, address: str, *, retry: RetryPolicy | None = None,
                  channel_options: Sequence[tuple[str, Any]] = (),
                  timeout: float = 30.0, route_appends: bool = False,
-                 auth: ClientAuth | None = None) -> None:
+                 auth: ClientAuth | None = None, data_path: bool = True) -> None:
         self._connection = Connection(address, retry=retry, channel_options=channel_options,
                                      timeout=timeout, auth=auth)
         self._reads = Reads(self._connection)
-        self._appends = Appends(self._connection, self._reads, route_appends=route_appends)
+        self._appends = Appends(self._connection, self._reads, route_appends=route_appends,
+                                data_path=data_path)
         self._specs = Specs(self._connection)
 
     def __repr__(self) -> str:

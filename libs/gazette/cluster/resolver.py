@@ -41,6 +41,8 @@ class Resolution(Generic[SpecT]):
     #: Whether every assignment holds `route` as its value (the primary announced it
     #: and no assignment was added or moved since).
     announced: bool = True
+    #: Each route member's data endpoint ("": none), index-aligned; () if none has one.
+    data_endpoints: tuple[str, ...] = ()
 
     @property
     def primary_endpoint(self) -> str:
@@ -105,8 +107,8 @@ class Resolver(Generic[SpecT]):
         if announced:
             value = route.encode()
             held = all(a.value == value for a in assigned)
-        return Resolution(item, spec, route, self._endpoints(route), self.keyspace.revision,
-                          held)
+        endpoints, data = self._endpoints(route)
+        return Resolution(item, spec, route, endpoints, self.keyspace.revision, held, data)
 
     def statuses(self, item: str, route: Route) -> tuple[ReplicaStatus, ...]:
         """The status each member of `route` wrote for its replica of `item` (PENDING:
@@ -119,13 +121,16 @@ class Resolver(Generic[SpecT]):
                        else ReplicaStatus())
         return tuple(out)
 
-    def _endpoints(self, route: Route) -> tuple[str, ...]:
-        out = []
+    def _endpoints(self, route: Route) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Each member's endpoint, and data endpoint (() if none has one)."""
+        out, data = [], []
         for m in route.members:
             entry = self.keyspace.get(self.layout.member_key(m.zone, m.suffix))
-            out.append(entry.value.endpoint
-                       if entry is not None and isinstance(entry.value, MemberSpec) else "")
-        return tuple(out)
+            spec = entry.value if entry is not None and isinstance(entry.value, MemberSpec) \
+                else None
+            out.append(spec.endpoint if spec is not None else "")
+            data.append(spec.data_endpoint if spec is not None else "")
+        return tuple(out), tuple(data) if any(data) else ()
 
     async def resolve_at(self, item: str, header: pb.Header | None) -> Resolution[SpecT]:
         """As `resolve`, once this member has caught up with the etcd revision of a
@@ -159,5 +164,6 @@ class Resolver(Generic[SpecT]):
                              etcd=pb.Header.Etcd(revision=self.keyspace.revision))
         route = res.route.to_pb(with_endpoints=False)
         route.endpoints.extend(res.endpoints)
+        route.data_endpoints.extend(res.data_endpoints)
         return pb.Header(process_id=self.me_pb, route=route,
                          etcd=pb.Header.Etcd(revision=res.revision))

@@ -18,6 +18,7 @@ from gazette.fragment.codec import (
 from gazette.fragment.fragment import (
     CODEC_EXTENSIONS,
     EMPTY_SHA1,
+    NO_SHA1,
     Fragment,
     fragment_from_pb,
     fragment_to_pb,
@@ -31,6 +32,7 @@ __all__ = [
     "CODEC_EXTENSIONS",
     "DEFAULT_MAX_PENDING_BYTES",
     "EMPTY_SHA1",
+    "NO_SHA1",
     "ClosedSpool",
     "CodecError",
     "Compressor",

@@ -28,6 +28,9 @@ CODEC_EXTENSIONS: dict[CompressionCodec, str] = {
 _CODEC_OF_EXTENSION = {ext: codec for codec, ext in CODEC_EXTENSIONS.items()}
 _NAME = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-([0-9a-f]{40})(\.[a-z]+)")
 EMPTY_SHA1 = bytes.fromhex("da39a3ee5e6b4b0d3255bfef95601890afd80709")
+#: The SHA-1 of an append's commit whose content the broker did not sum apart (one
+#: made on the data path, which checks the content's CRC-32 instead).
+NO_SHA1 = bytes(20)
 
 
 @dataclass(frozen=True, slots=True, order=True)

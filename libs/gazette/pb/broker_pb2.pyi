@@ -576,8 +576,13 @@ class BrokerSpec(_message.Message):
     PROCESS_SPEC_FIELD_NUMBER: _builtins.int
     JOURNAL_LIMIT_FIELD_NUMBER: _builtins.int
     STORE_SCHEMES_FIELD_NUMBER: _builtins.int
+    DATA_ENDPOINT_FIELD_NUMBER: _builtins.int
     journal_limit: _builtins.int
     """Maximum number of journals the broker will be assigned."""
+    data_endpoint: _builtins.str
+    """Where the broker serves its data path (framed appends pipelined on one
+    connection): "tcp://host:port" or "tls://host:port"; empty if it serves none.
+    """
     @_builtins.property
     def process_spec(self) -> Global___ProcessSpec: ...
     @_builtins.property
@@ -593,10 +598,11 @@ class BrokerSpec(_message.Message):
         process_spec: Global___ProcessSpec | None = ...,
         journal_limit: _builtins.int = ...,
         store_schemes: _abc.Iterable[_builtins.str] | None = ...,
+        data_endpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["process_spec", b"process_spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["journal_limit", b"journal_limit", "process_spec", b"process_spec", "store_schemes", b"store_schemes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_endpoint", b"data_endpoint", "journal_limit", b"journal_limit", "process_spec", b"process_spec", "store_schemes", b"store_schemes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -613,6 +619,7 @@ class Route(_message.Message):
     MEMBERS_FIELD_NUMBER: _builtins.int
     PRIMARY_FIELD_NUMBER: _builtins.int
     ENDPOINTS_FIELD_NUMBER: _builtins.int
+    DATA_ENDPOINTS_FIELD_NUMBER: _builtins.int
     primary: _builtins.int
     """Index of the primary within `members`, or -1 if there is no primary."""
     @_builtins.property
@@ -625,16 +632,23 @@ class Route(_message.Message):
         the endpoints are not known (they're attached by the responding broker).
         """
 
+    @_builtins.property
+    def data_endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Data-path endpoints of each member (tcp://host:port or tls://host:port; "" where
+        a member serves none), index-aligned with `members`; empty if none is known.
+        """
+
     def __init__(
         self,
         *,
         members: _abc.Iterable[Global___ProcessSpec.ID] | None = ...,
         primary: _builtins.int = ...,
         endpoints: _abc.Iterable[_builtins.str] | None = ...,
+        data_endpoints: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoints", b"endpoints", "members", b"members", "primary", b"primary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_endpoints", b"data_endpoints", "endpoints", b"endpoints", "members", b"members", "primary", b"primary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -42,7 +42,7 @@ from gazette.protocol.journal_spec import (
     SuspendLevel,
     validate_store_url,
 )
-from gazette.protocol.member_spec import MemberSpec, ProcessId
+from gazette.protocol.member_spec import MemberSpec, ProcessId, data_address
 from gazette.protocol.replica_status import ReplicaState, ReplicaStatus, combined_status
 from gazette.protocol.route import EMPTY_ROUTE, Route, route_from_pb
 from gazette.protocol.shard_spec import ShardSource, ShardSpec
@@ -79,6 +79,7 @@ __all__ = [
     "consumer_spec_from_pb",
     "consumer_spec_to_pb",
     "content_field",
+    "data_address",
     "decode_append_request",
     "decode_replicate_request",
     "duration_from_pb",

@@ -180,26 +180,29 @@ def _process_spec_to_pb(spec: MemberSpec) -> bpb.ProcessSpec:
 
 
 def _member_from_pb(ps: bpb.ProcessSpec, limit: int, field: str,
-                    limit_field: str, store_schemes: tuple[str, ...] = ()) -> MemberSpec:
+                    limit_field: str, store_schemes: tuple[str, ...] = (),
+                    data_endpoint: str = "") -> MemberSpec:
     pid = build(ProcessId, f"{field}.id", zone=ps.id.zone, suffix=ps.id.suffix)
     try:
         return MemberSpec(id=pid, endpoint=ps.endpoint, item_limit=limit,
-                          store_schemes=store_schemes)
+                          store_schemes=store_schemes, data_endpoint=data_endpoint)
     except ValidationError as err:
         # Name the message's fields, not the dataclass's.
         raise ValidationError(
-            limit_field if err.field == "item_limit" else f"{field}.{err.field}", err.reason
+            limit_field if err.field == "item_limit" else
+            err.field if err.field == "data_endpoint" else f"{field}.{err.field}", err.reason
         ) from None
 
 
 def broker_spec_to_pb(spec: MemberSpec) -> bpb.BrokerSpec:
     return bpb.BrokerSpec(process_spec=_process_spec_to_pb(spec), journal_limit=spec.item_limit,
-                          store_schemes=list(spec.store_schemes))
+                          store_schemes=list(spec.store_schemes),
+                          data_endpoint=spec.data_endpoint)
 
 
 def broker_spec_from_pb(msg: bpb.BrokerSpec) -> MemberSpec:
     return _member_from_pb(msg.process_spec, msg.journal_limit, "process_spec", "journal_limit",
-                           tuple(msg.store_schemes))
+                           tuple(msg.store_schemes), msg.data_endpoint)
 
 
 def consumer_spec_to_pb(spec: MemberSpec) -> cpb.ConsumerSpec:

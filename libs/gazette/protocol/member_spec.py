@@ -54,6 +54,35 @@ def validate_endpoint(value: object, field: str = "endpoint") -> str:
     return value
 
 
+DATA_SCHEMES = ("tcp", "tls")
+
+
+def validate_data_endpoint(value: object, field: str = "data_endpoint") -> str:
+    """Where a broker serves its data path: ``tcp://host:port`` or ``tls://host:port``."""
+    if not isinstance(value, str):
+        raise ValidationError(field, f"expected a URL string, got {type(value).__name__}")
+    scheme, sep, rest = value.partition("://")
+    try:
+        parts = urllib.parse.urlsplit("http://" + rest)
+        port = parts.port
+    except ValueError:
+        port = None
+    if (scheme not in DATA_SCHEMES or not sep or not port or not parts.hostname
+            or any(ch.isspace() or not ch.isprintable() for ch in value)
+            or parts.username is not None or parts.path or parts.query or parts.fragment):
+        raise ValidationError(field, f"{short_repr(value)} must look like tcp://host:port "
+                              "or tls://host:port")
+    return value
+
+
+def data_address(endpoint: str) -> tuple[str, int, bool]:
+    """A data endpoint's host, port and whether it is TLS."""
+    scheme, _, rest = validate_data_endpoint(endpoint).partition("://")
+    parts = urllib.parse.urlsplit("http://" + rest)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port, scheme == "tls"
+
+
 @dataclass(frozen=True, slots=True)
 class MemberSpec:
     """A broker or consumer process; `item_limit` caps journals or shards it takes
@@ -64,11 +93,16 @@ class MemberSpec:
     endpoint: str
     item_limit: int = 1024
     store_schemes: tuple[str, ...] = ()
+    #: A broker's data path (`gazette.protocol.frames`): ``tcp://host:port`` or
+    #: ``tls://host:port``; "" if it serves none.
+    data_endpoint: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, ProcessId):
             raise ValidationError("id", f"expected a ProcessId, got {short_repr(self.id)}")
         validate_endpoint(self.endpoint)
+        if self.data_endpoint:
+            validate_data_endpoint(self.data_endpoint)
         check_range(self.item_limit, "item_limit", 0, MAX_ITEM_LIMIT)
         if not isinstance(self.store_schemes, tuple) or not all(
                 isinstance(s, str) and _SCHEME.fullmatch(s) for s in self.store_schemes):
@@ -91,7 +125,8 @@ class MemberSpec:
         values = {"id": pid, "endpoint": r.string("endpoint"),
                   "item_limit": r.integer("item_limit", 1024, 0, MAX_ITEM_LIMIT),
                   "store_schemes": _schemes(r.raw("store_schemes", []),
-                                            r.field("store_schemes"))}
+                                            r.field("store_schemes")),
+                  "data_endpoint": r.string("data_endpoint", "")}
         r.done()
         return build(cls, field, **values)
 
@@ -100,6 +135,8 @@ class MemberSpec:
                                "endpoint": self.endpoint, "item_limit": self.item_limit}
         if self.store_schemes:
             out["store_schemes"] = list(self.store_schemes)
+        if self.data_endpoint:
+            out["data_endpoint"] = self.data_endpoint
         return out
 
 

@@ -42,6 +42,9 @@ SERVE_OPTIONS: tuple[Option, ...] = with_defaults(BrokerConfig, [
     *identity_options("broker", "broker"),
     Option("--broker.http-port", "BROKER_HTTP_PORT", "http_port", int,
            "HTTP gateway port (0: any free port, -1: no gateway)"),
+    Option("--broker.data-port", "BROKER_DATA_PORT", "data_port", int,
+           "data path port: appends pipelined on one connection, beside gRPC (0: any "
+           "free port, -1: none; clients then append by gRPC)"),
     Option("--broker.file-root", "BROKER_FILE_ROOT", "file_root", Path,
            "root folder of file:/// fragment stores (none: file stores are refused)"),
     Option("--broker.spool-dir", "BROKER_SPOOL_DIR", "spool_dir", Path,

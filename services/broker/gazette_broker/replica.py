@@ -41,7 +41,14 @@ from prometheus_client import Counter
 
 from gazette.client import AppendResult, ReadChunk
 from gazette.cluster import Resolution
-from gazette.fragment import Fragment, JournalClosed, JournalIndex, Spool, ThreadedSha1
+from gazette.fragment import (
+    NO_SHA1,
+    Fragment,
+    JournalClosed,
+    JournalIndex,
+    Spool,
+    ThreadedSha1,
+)
 from gazette.fragment.store import StoreError
 from gazette.labels import LabelSet, Selector
 from gazette.pb import broker_pb2 as pb
@@ -204,14 +211,16 @@ class Replica:
     async def append(self, chunks: AsyncIterable[bytes | memoryview], *, offset: int | None = None,
                      check_registers: Selector | None = None,
                      union_registers: LabelSet | None = None,
-                     subtract_registers: LabelSet | None = None) -> AppendResult:
+                     subtract_registers: LabelSet | None = None,
+                     sum_content: bool = True) -> AppendResult:
         """Append the concatenated `chunks` atomically. Raises `AppendError` (nothing
         written) when refused, `AppendStalled` (nothing written) when `chunks` brings
         nothing for too long; if `chunks` raises (the client went away), the append is
-        rolled back and the error propagates."""
+        rolled back and the error propagates. Without `sum_content`, each byte is
+        hashed once (into the fragment's SHA-1) and the commit carries `NO_SHA1`."""
         try:
             result = await self._append(chunks, offset, check_registers, union_registers,
-                                        subtract_registers)
+                                        subtract_registers, sum_content)
         except AppendError as err:
             APPENDS.labels(err.status).inc()
             raise
@@ -240,7 +249,8 @@ class Replica:
 
     async def _append(self, chunks: AsyncIterable[bytes | memoryview], offset: int | None,
                       check_registers: Selector | None, union_registers: LabelSet | None,
-                      subtract_registers: LabelSet | None) -> AppendResult:
+                      subtract_registers: LabelSet | None, sum_content: bool
+                      ) -> AppendResult:
         state, name = self.state, self.spec.name
         if not self.spec.flags.may_write:
             raise AppendError(Status.NOT_ALLOWED, f"{name} is read-only (O_RDONLY)")
@@ -266,8 +276,10 @@ class Replica:
                                   f"match {check_registers}")
             await self._maybe_roll(pipeline)
             spool, begin, size = state.spool, state.write_head, 0
-            # The append's own SHA-1 and the spool's, summed on the hasher's thread.
-            sha1 = ThreadedSha1(state.shared.hasher, also=[spool.pending_sum])
+            # The append's own SHA-1 (unless not wanted) and the spool's, summed on the
+            # hasher's thread.
+            sha1 = ThreadedSha1(state.shared.hasher, also=[spool.pending_sum],
+                                own=sum_content)
             registers = state.registers
             if union_registers:
                 registers = registers | union_registers
@@ -309,7 +321,8 @@ class Replica:
             state.registers = registers
             if first:
                 state.reschedule.set()  # the flush interval runs from now
-            return AppendResult(Fragment(name, begin, begin + size, digest), registers)
+            return AppendResult(Fragment(name, begin, begin + size,
+                                         digest if sum_content else NO_SHA1), registers)
 
     async def _wait_for_head(self, offset: int) -> None:
         """Until the write head reaches `offset` (the appends before it, pipelined by

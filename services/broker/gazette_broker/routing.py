@@ -96,8 +96,9 @@ class JournalRouting:
         self._process_id = pb.ProcessSpec.ID()
         if member is not None:
             self._process_id = pb.ProcessSpec.ID(zone=member.id.zone, suffix=member.id.suffix)
-            self.lone_route = pb.Route(members=[self._process_id], primary=0,
-                                       endpoints=[member.endpoint])
+            self.lone_route = pb.Route(
+                members=[self._process_id], primary=0, endpoints=[member.endpoint],
+                data_endpoints=[member.data_endpoint] if member.data_endpoint else [])
 
     def header(self, revision: int | None = None, res: Resolution[JournalSpec] | None = None
                ) -> pb.Header:

@@ -1,7 +1,8 @@
 """The broker process's parts, wired together: etcd, the keyspace, this broker's
 membership (`gazette.cluster.Membership`: its member spec under a lease, the allocator,
-the drain), the journal replicas, the gRPC server (Journal + health) and the HTTP
-gateway (journals, ``/metrics``, ``/healthz``).
+the drain), the journal replicas, the gRPC server (Journal + health), the data path (framed
+appends, with ``--broker.data-port``) and the HTTP gateway (journals, ``/metrics``,
+``/healthz``).
 
 `BrokerServer` is what ``gazette serve`` runs and what tests and the local cluster embed:
 ``await server.start()``, then ``await server.wait()`` (returns when the lease is lost),
@@ -38,10 +39,12 @@ from gazette.keyspace import Decoder, Etcd, KeySpace, Layout, Lease, apply_chang
 from gazette.protocol import JournalSpec, MemberSpec, ProcessId, journal_changes_from_yaml
 from gazette.serving.member import MemberProcess, default_member_suffix
 from gazette_broker.broker import DEFAULT_CACHE_BYTES, Broker
+from gazette_broker.framed import FramedServer
 from gazette_broker.http import HttpGateway
 from gazette_broker.replica import DEFAULT_APPEND_IDLE_TIMEOUT, DEFAULT_MAX_APPEND_SIZE
 from gazette_broker.routing import JournalRouting
 from gazette_broker.service import JOURNAL_CAPABILITIES, JournalService, add_journal_service
+from gazette_broker.service_appends import AppendRpcs
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class BrokerConfig(SecurityConfig):
     bind: str = ""
     port: int = 8080
     http_port: int = 8081
+    data_port: int = -1
     file_root: Path | None = None
     spool_dir: Path | None = None
     etcd_address: str = "http://localhost:2379"
@@ -114,6 +118,7 @@ class BrokerServer:
             services=["gazette.broker.Journal"])
         self.http: HttpGateway | None = None
         self.http_port = 0
+        self.framed: FramedServer | None = None
     @property
     def health(self) -> HealthServicer:
         return self.process.health
@@ -154,15 +159,25 @@ class BrokerServer:
                  self.endpoint, self.http_url or "off", cfg.etcd_address, self.layout.root)
 
     async def _serve(self, grpc_server: grpc.aio.Server) -> MemberSpec:
-        """The Journal service and the HTTP gateway; this broker's member spec."""
+        """The Journal service, the data path and the HTTP gateway; this broker's member
+        spec."""
         cfg = self.config
+        data_endpoint = ""
+        if cfg.data_port >= 0:
+            tls = self.security.http_context()
+            self.framed = FramedServer(self.security.authorizer, ssl_context=tls)
+            port = await self.framed.start(cfg.bind or None, cfg.data_port)
+            data_endpoint = f"{'tls' if tls is not None else 'tcp'}://{cfg.host}:{port}"
         self.member = MemberSpec(self.id, self.endpoint, cfg.journal_limit,
-                                 store_schemes=self.store_schemes)
+                                 store_schemes=self.store_schemes,
+                                 data_endpoint=data_endpoint)
         self.routing = JournalRouting(
             self.broker.replicas, self.etcd, self.keyspace, self.layout, member=self.member,
             unready=self.broker.unready, resolver=self.broker.resolver,
             channels=self.broker.channels, wait_serving=self.broker.wait_serving)
         add_journal_service(JournalService(self.routing), grpc_server)
+        if self.framed is not None:
+            self.framed.rpcs = AppendRpcs(self.routing)
         if cfg.http_port >= 0:
             self.http = HttpGateway(self.routing, ready=self.membership.ready,
                                     grace=cfg.grace, content_type=self._content_type,
@@ -210,13 +225,19 @@ class BrokerServer:
         """Stop serving: the broker drains, health goes NOT_SERVING, new RPCs are refused
         and in-flight ones get `grace` seconds; spools roll and persist (bounded); the
         member spec is removed; every task is stopped. Safe to call more than once."""
-        http = self.http
         if not await self.process.stop(drain=self.drain, close=self._close,
-                                       stop_http=http.stop if http is not None else None):
+                                       stop_http=self._stop_edges):
             return
         if self._own_spool_dir and not self.broker.persister_backlog():
             shutil.rmtree(self.spool_dir, ignore_errors=True)
         log.info("broker stopped")
+
+    async def _stop_edges(self) -> None:
+        """The data path and the HTTP gateway, given `grace` for what is in flight."""
+        if self.framed is not None:
+            await self.framed.stop(self.config.grace)
+        if self.http is not None:
+            await self.http.stop()
 
     async def _close(self) -> None:
         """The broker: its spools rolled and persisted."""

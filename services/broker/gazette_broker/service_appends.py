@@ -58,19 +58,22 @@ class AppendRpcs:
                 yield req.content
             raise AppendAborted("the append stream ended without its commit message")
 
-        return await self._append(first.meta, content(), context)
+        return await self.append(first.meta, content(), context)
 
     async def AppendWhole(  # AppendContent: as Append
             self, request: AppendContent, context: Any) -> pb.AppendResponse:
         if not request.content:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "content: an AppendWhole request carries the content")
-        return await self._append(request.meta, _one(request.content), context)
+        return await self.append(request.meta, _one(request.content), context)
 
-    async def _append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes | memoryview],
-                      context: Any) -> pb.AppendResponse:
+    async def append(self, meta: pb.AppendRequest, content: AsyncIterator[bytes | memoryview],
+                     context: Any, *, sum_content: bool = True) -> pb.AppendResponse:
         """The append of `content` under the metadata of `meta` (journal, expected
-        offset, registers): here if this broker is the primary, else forwarded to it."""
+        offset, registers): here if this broker is the primary, else forwarded to it.
+        Refusals end `context` (`context.abort`, as a gRPC call's: the data path's
+        raises its own). Without `sum_content`, a commit made here carries no SHA-1 of
+        the content (`NO_SHA1`: the data path checked its CRC-32 instead)."""
         routing = self.routing
         routed = await resolved(routing, meta.journal, pinned(meta), context)
         header = routing.header(res=routed.res) if routed.res is not None else None
@@ -89,7 +92,8 @@ class AppendRpcs:
             subtract = labels_from_pb(meta.subtract_registers, "subtract_registers")
             result = await target.append(
                 content, offset=meta.offset or None, check_registers=check,
-                union_registers=union or None, subtract_registers=subtract or None)
+                union_registers=union or None, subtract_registers=subtract or None,
+                sum_content=sum_content)
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except AppendError as err:

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from gazette.errors import ValidationError
-from gazette.protocol.member_spec import MAX_ITEM_LIMIT, MemberSpec, ProcessId, validate_endpoint
+from gazette.protocol.member_spec import (
+    MAX_ITEM_LIMIT,
+    MemberSpec,
+    ProcessId,
+    data_address,
+    validate_endpoint,
+)
 
 
 def member(**changes: Any) -> dict[str, Any]:
@@ -154,3 +160,18 @@ def test_direct_construction_is_validated(make: Any, field: str) -> None:
         make()
     assert info.value.field == field
     assert info.value.reason
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://h:1", "tls://broker-0.example:8082"])
+def test_a_data_endpoint_round_trips(endpoint: str) -> None:
+    spec = MemberSpec(ProcessId("z", "s"), "http://h:1", data_endpoint=endpoint)
+    assert MemberSpec.from_dict(spec.to_dict()) == spec
+    assert data_address(endpoint)[2] == endpoint.startswith("tls")
+
+
+@pytest.mark.parametrize("endpoint", ["http://h:1", "tcp://h", "tcp:/h:1", "tcp://h:1/x",
+                                      "tcp://u@h:1", "tcp://h:1 ", "tcp://h:99999"])
+def test_a_bad_data_endpoint_is_refused_naming_the_field(endpoint: str) -> None:
+    with pytest.raises(ValidationError, match="data_endpoint") as info:
+        MemberSpec(ProcessId("z", "s"), "http://h:1", data_endpoint=endpoint)
+    assert "tcp://host:port" in info.value.reason

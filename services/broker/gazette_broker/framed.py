@@ -1,0 +1,245 @@
+"""The data path's listener (`gazette.protocol.frames`): appends pipelined on one
+connection, each served as the Append RPC serves it (`AppendRpcs`: the same routing,
+forwarding, registers, offsets and authorization), answered in order.
+
+Why beside gRPC: a gRPC append crosses grpc.aio's threads and the event loop several
+times and its receive path costs several times a plain socket's; here a connection is
+read by one task straight into each append's buffer, and a broker hashes each appended
+byte once (into its fragment's SHA-1; the client's CRC-32 is checked instead of summing
+the append apart).
+
+A connection: the client's preface and HELLO (its token, authenticated and checked for
+the Append capability as a call would be), READY; then APPEND frames, read up to
+`depth` ahead of the one being served (the socket is not read further meanwhile: the
+client's writes wait), each answered APPENDED or FAILED in order. A malformed frame
+gets GOAWAY once the appends before it are answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from typing import NoReturn
+
+import grpc
+from prometheus_client import Counter, Gauge
+
+from gazette.auth import AuthError, Authorizer, set_caller
+from gazette.auth.server import count_refusal
+from gazette.errors import ValidationError
+from gazette.pb import broker_pb2 as pb
+from gazette.protocol import frames
+from gazette.protocol.frames import FrameError, Kind
+from gazette_broker.forward import APPEND_METHOD
+from gazette_broker.service_appends import AppendRpcs
+
+log = logging.getLogger(__name__)
+
+CONNECTIONS = Gauge("gazette_framed_connections", "Open connections of the data path")
+APPENDS = Counter("gazette_framed_appends_total",
+                  "Appends served on the data path, by outcome (OK, a broker status, or "
+                  "the gRPC code of a refusal)", ["outcome"])
+GOAWAYS = Counter("gazette_framed_goaways_total",
+                  "Data-path connections ended by the broker, by gRPC code", ["code"])
+
+#: Seconds a new connection gets to send its preface and HELLO.
+HELLO_SECONDS = 10.0
+#: Appends read ahead of the one being served, per connection.
+DEFAULT_DEPTH = 64
+#: The socket's write buffer is drained past this many bytes of answers.
+WRITE_HIGH = 256 << 10
+
+
+class Refused(Exception):
+    """An append refused as a gRPC call would be aborted: its `code` and `details`."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _Call:
+    """What `AppendRpcs` needs of a gRPC call's context: `abort`, which here raises
+    `Refused` (gRPC's raises its own exception too: nothing runs after it)."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        raise Refused(code, details)
+
+
+def _code(code: grpc.StatusCode) -> int:
+    return int(code.value[0])
+
+
+class FramedServer:
+    """The data path of one broker, serving appends through `rpcs`."""
+
+    def __init__(self, authorizer: Authorizer, rpcs: AppendRpcs | None = None, *,
+                 max_body: int = frames.DEFAULT_MAX_BODY, depth: int = DEFAULT_DEPTH,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """`rpcs` may come after `start` (the member spec names the port, the routing
+        the member spec): connections are refused UNAVAILABLE until then."""
+        self.rpcs, self.authorizer = rpcs, authorizer
+        self.max_body, self.depth, self.ssl = max_body, depth, ssl_context
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self, host: str | None, port: int) -> int:
+        """Listen on `host`:`port` (port 0: any free one); returns the port."""
+        if host is None and port == 0:  # (else each address family gets its own port)
+            host = "0.0.0.0"
+        self._server = await asyncio.start_server(self._connection, host, port,
+                                                  ssl=self.ssl, limit=1 << 20)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    @property
+    def listening(self) -> list[tuple[str, int]]:
+        """The (address, port) of each socket it listens on."""
+        return [s.getsockname()[:2] for s in self._server.sockets] if self._server else []
+
+    async def stop(self, grace: float) -> None:
+        """Take no new connections; give open ones `grace` seconds to finish the
+        appends they sent, then end them."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()  # (the current append is finished first: see _serve)
+        if self._connections:
+            await asyncio.wait(self._connections, timeout=grace)
+        self._server = None
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        CONNECTIONS.inc()
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as err:
+            log.debug("data path: a connection ended: %s", err)
+        except asyncio.CancelledError:
+            pass  # the broker stops
+        finally:
+            CONNECTIONS.dec()
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                     ) -> None:
+        if self.rpcs is None:
+            return self._goaway(writer, grpc.StatusCode.UNAVAILABLE, "the broker is starting")
+        try:
+            async with asyncio.timeout(HELLO_SECONDS):
+                token = await self._hello(reader)
+            caller = self.authorizer.authenticate(f"Bearer {token}" if token else None)
+            need = self.authorizer.needs(APPEND_METHOD)
+            if need is not None:
+                caller.claims.require(need, "Append")
+        except TimeoutError:
+            return self._goaway(writer, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                f"no preface and HELLO in {HELLO_SECONDS:g} s")
+        except FrameError as err:
+            return self._goaway(writer, grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except AuthError as err:
+            return self._goaway(writer, count_refusal(err), err.reason)
+        set_caller(caller)  # (this task's context, which the worker's copies)
+        writer.write(frames.ready(self.max_body))
+        queue: asyncio.Queue[frames.Append | Refused | None] = asyncio.Queue(self.depth)
+        worker = asyncio.create_task(self._work(queue, writer))
+        try:
+            while True:
+                item = await self._next(reader)
+                if item is None:
+                    break
+                await queue.put(item)
+                if isinstance(item, Refused):
+                    break
+            await queue.put(None)
+            await asyncio.shield(worker)
+        finally:
+            if not worker.done():
+                worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker
+
+    async def _hello(self, reader: asyncio.StreamReader) -> str:
+        preface = await reader.readexactly(len(frames.PREFACE))
+        if preface != frames.PREFACE:
+            raise FrameError("preface", f"expected {frames.PREFACE!r}: not a data-path "
+                             "client")
+        kind, length = frames.parse_header(await reader.readexactly(frames.HEADER.size),
+                                           frames.MAX_META)
+        if kind is not Kind.HELLO:
+            raise FrameError("frame.kind", f"expected HELLO, got {kind.name}")
+        return frames.parse_hello(await reader.readexactly(length))
+
+    async def _next(self, reader: asyncio.StreamReader) -> frames.Append | Refused | None:
+        """The next append, a `Refused` that ends the connection, or None at its end."""
+        head = await reader.read(frames.HEADER.size)
+        if not head:
+            return None
+        try:
+            if len(head) < frames.HEADER.size:
+                head += await reader.readexactly(frames.HEADER.size - len(head))
+            kind, length = frames.parse_header(head, self.max_body)
+            if kind is not Kind.APPEND:
+                raise FrameError("frame.kind", f"a client sends APPEND, not {kind.name}")
+            body = bytearray(length)
+            view, got = memoryview(body), 0
+            while got < length:  # (straight into the buffer: no joins of chunks)
+                chunk = await reader.read(min(length - got, 1 << 20))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", length)
+                view[got:got + len(chunk)] = chunk
+                got += len(chunk)
+            return frames.parse_append(body)
+        except FrameError as err:
+            return Refused(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
+    async def _work(self, queue: asyncio.Queue[frames.Append | Refused | None],
+                    writer: asyncio.StreamWriter) -> None:
+        """Serve the appends in order, answering each."""
+        while (item := await queue.get()) is not None:
+            if isinstance(item, Refused):
+                await writer.drain()
+                self._goaway(writer, item.code, item.details)
+                return
+            try:
+                writer.write(frames.appended(await self._append(item)))
+            except Refused as err:
+                APPENDS.labels(err.code.name).inc()
+                writer.write(frames.refusal(Kind.FAILED, _code(err.code), err.details))
+            if writer.transport.get_write_buffer_size() > WRITE_HIGH or queue.empty():
+                await writer.drain()
+
+    async def _append(self, append: frames.Append) -> pb.AppendResponse:
+        try:
+            if len(append.content) >= 1 << 20:  # (zlib leaves the GIL: off the loop)
+                await asyncio.to_thread(append.check)
+            else:
+                append.check()
+        except ValidationError as err:
+            raise Refused(grpc.StatusCode.DATA_LOSS, f"{err}; nothing was appended") from None
+        assert self.rpcs is not None
+        response: pb.AppendResponse = await self.rpcs.append(
+            append.request, _content(append.content), _Call(), sum_content=False)
+        APPENDS.labels(pb.Status.Name(response.status)).inc()
+        return response
+
+    def _goaway(self, writer: asyncio.StreamWriter, code: grpc.StatusCode,
+                detail: str) -> None:
+        GOAWAYS.labels(code.name).inc()
+        log.info("data path: ending a connection (%s: %s)", code.name, detail)
+        writer.write(frames.refusal(Kind.GOAWAY, _code(code), detail))
+
+
+async def _content(content: memoryview) -> AsyncIterator[memoryview]:
+    yield content
