@@ -26,6 +26,10 @@ from gazette.client import JournalClient
 from gazette.local import free_port, log_tail
 
 STOP_TIMEOUT = 60.0
+#: Our broker's data path (``--broker.data-port``), which our client then takes for
+#: the appends that fit a frame; ``DATA_PATH=0``: gRPC only.
+DATA_PATH_ARGS = ("--broker.data-port", "0") if os.environ.get("DATA_PATH", "1") != "0" \
+    else ()
 
 
 def server_cpu_s(pid: int) -> float:
@@ -97,7 +101,7 @@ async def serve(system: str, workdir: Path, etcd_endpoint: str | None,
                 "--broker.http-port", "-1", "--broker.host", "127.0.0.1",
                 "--broker.file-root", str(workdir / "store"), "--broker.spool-dir",
                 str(workdir / "spools"), "--etcd.address", etcd_endpoint, "--log.level",
-                "warn", stdout=out, stderr=subprocess.STDOUT,
+                "warn", *DATA_PATH_ARGS, stdout=out, stderr=subprocess.STDOUT,
                 env=dict(os.environ, GLIBC_TUNABLES=tunables))
         finally:
             os.close(out)

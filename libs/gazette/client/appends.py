@@ -16,7 +16,7 @@ import grpc
 from gazette import names
 from gazette.client.connection import Connection, _check_offset, _not_str
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
-from gazette.client.framed import AppendLost, DataPaths
+from gazette.client.framed import AppendLost, DataPaths, FramedConnection
 from gazette.client.metrics import APPEND_BYTES, APPENDS
 from gazette.client.reads import Reads
 from gazette.client.results import AppendResult
@@ -32,7 +32,7 @@ from gazette.client.wire import (
     pack,
     parse_address,
 )
-from gazette.errors import ValidationError
+from gazette.errors import GazetteError, ValidationError
 from gazette.fragment import Fragment, fragment_from_pb
 from gazette.labels import LabelSet, Selector
 from gazette.pb import broker_pb2 as pb
@@ -51,6 +51,16 @@ AppendContent = (bytes | bytearray | memoryview | Iterable[bytes | bytearray | m
                  | AsyncIterable[bytes])
 
 _COMMIT = pb.AppendRequest()  # an empty content message commits the append
+
+
+class ChainBroken(GazetteError):
+    """A chained append was not made: the one before it on its connection did not
+    commit (`Appends.append_chained`). Nothing was written: send it again after that
+    one."""
+
+    def __init__(self, journal: str, detail: str) -> None:
+        super().__init__(f"append to {journal}: {detail}")
+        self.journal = journal
 
 
 class _AttemptFailed(Exception):
@@ -208,6 +218,32 @@ class Appends:
             raise _AttemptFailed(lost.err, committing=True) from lost.err
         except grpc.aio.AioRpcError as err:  # the broker's refusal: nothing written
             raise _AttemptFailed(err, committing=False) from err
+
+    def data_path(self, journal: str) -> FramedConnection | None:
+        """The open data-path connection `journal`'s appends go on now, if any."""
+        endpoint = self._data_targets.get(journal)
+        return self._data.connected(endpoint) \
+            if endpoint is not None and self._data is not None else None
+
+    async def append_chained(self, conn: FramedConnection, journal: str,
+                             content: list[bytes], *, chained: bool) -> AppendResult:
+        """One attempt to append `content` to `journal` on `conn` (no retries): with
+        `chained`, only if the append before it on `conn` committed (`ChainBroken`
+        otherwise). A refusal raises as `append` would (nothing written: it may be sent
+        again), a lost answer `AppendUncertain`."""
+        size = sum(len(c) for c in content)
+        try:
+            resp = await conn.append(pb.AppendRequest(journal=journal), content, size,
+                                     chained=chained)
+        except AppendLost as lost:
+            raise AppendUncertain(journal, f"the answer to its commit was lost "
+                                  f"({lost.err.details()})") from lost.err
+        except grpc.aio.AioRpcError as err:
+            if err.code() is grpc.StatusCode.ABORTED:
+                raise ChainBroken(journal, err.details() or "") from err
+            raise rpc_error(err, journal) from err
+        self._learn(journal, resp.header)
+        return self._result(journal, resp)
 
     def _learn(self, journal: str, header: pb.Header) -> None:
         """Remember the primary a response's route names (with `route_appends`), and

@@ -119,10 +119,11 @@ class FramedConnection:
         self._reader_task = asyncio.ensure_future(self._read(reader))
 
     async def append(self, request: pb.AppendRequest,
-                     content: Sequence[bytes | bytearray | memoryview], size: int
-                     ) -> pb.AppendResponse:
+                     content: Sequence[bytes | bytearray | memoryview], size: int, *,
+                     chained: bool = False) -> pb.AppendResponse:
         """Append `content` (`size` bytes, which `fits`) under `request`: the broker's
-        answer; `AioRpcError` if it refused (nothing written), `AppendLost` if the
+        answer; `AioRpcError` if it refused (nothing written; ABORTED: `chained`, and
+        the append before it on this connection did not commit), `AppendLost` if the
         connection ended after the frame was written."""
         writer = self._writer
         if writer is None or self.closed:
@@ -130,7 +131,7 @@ class FramedConnection:
         answer: asyncio.Future[pb.AppendResponse] = \
             asyncio.get_running_loop().create_future()
         self._pending.append(answer)
-        writer.writelines(frames.append_parts(request, list(content), size))
+        writer.writelines(frames.append_parts(request, list(content), size, chained=chained))
         if writer.transport.get_write_buffer_size() > WRITE_HIGH:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
@@ -184,8 +185,8 @@ class FramedConnection:
 
 
 async def _frame(reader: asyncio.StreamReader, max_body: int) -> tuple[Kind, bytes]:
-    kind, length = frames.parse_header(await reader.readexactly(frames.HEADER.size),
-                                       max_body)
+    kind, length, _ = frames.parse_header(await reader.readexactly(frames.HEADER.size),
+                                          max_body)
     return kind, await reader.readexactly(length)
 
 
@@ -225,6 +226,11 @@ class DataPaths:
             await conn.close()
             return None
         return conn
+
+    def connected(self, endpoint: str) -> FramedConnection | None:
+        """The open connection to `endpoint`, if there is one (none is opened)."""
+        conn = self._connections.get(endpoint)
+        return conn if conn is not None and conn.connected else None
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._connections.values()))

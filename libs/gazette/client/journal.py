@@ -52,6 +52,7 @@ from typing import Any, Self
 from gazette.auth import ClientAuth
 from gazette.client.appends import AppendContent, Appends
 from gazette.client.connection import Connection
+from gazette.client.framed import FramedConnection
 from gazette.client.reads import Reads
 from gazette.client.results import AppendResult, ReadChunk
 from gazette.client.retry import RetryPolicy
@@ -130,6 +131,16 @@ class JournalClient:
         return await self._appends.append(
             journal, content, offset=offset, check_registers=check_registers,
             union_registers=union_registers, subtract_registers=subtract_registers)
+
+    def data_path(self, journal: str) -> FramedConnection | None:
+        """The open data-path connection `journal`'s appends go on now, if any
+        (`Appends.data_path`): appends sent there one after another commit in order."""
+        return self._appends.data_path(journal)
+
+    async def append_chained(self, conn: FramedConnection, journal: str,
+                             content: list[bytes], *, chained: bool) -> AppendResult:
+        """One attempt on a data path, for pipelining (`Appends.append_chained`)."""
+        return await self._appends.append_chained(conn, journal, content, chained=chained)
 
     def read(self, journal: str, offset: int = 0, *, block: bool = False,
              end_offset: int = 0, direct: bool = False) -> AsyncGenerator[ReadChunk, None]:

@@ -5,7 +5,9 @@ returns a future. Per journal, one Append RPC is in flight at a time; appends qu
 meanwhile go together in the next one (up to `max_batch_bytes`, an append larger than
 that alone), so each append stays whole and contiguous, appends commit in call order,
 and a busy journal sends few large RPCs rather than many small ones (each RPC and each
-message costs far more than its bytes). Every future of a batch resolves with that RPC's
+message costs far more than its bytes); on a data path (`gazette.client.framed`), up to
+`PIPELINED` batches are in flight at once, each chained to the one before it, so they
+still commit in call order. Every future of a batch resolves with that RPC's
 `AppendResult` (its commit spans the whole batch) or fails with its error; a failed
 batch does not stop the ones after it.
 
@@ -24,7 +26,9 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from gazette import names
+from gazette.client.appends import ChainBroken
 from gazette.client.errors import AppendUncertain, BrokerError, Unavailable
+from gazette.client.framed import FramedConnection
 from gazette.client.journal import JournalClient
 from gazette.client.metrics import APPEND_RPCS
 from gazette.client.results import AppendResult
@@ -32,6 +36,8 @@ from gazette.errors import GazetteError, ValidationError
 
 log = logging.getLogger(__name__)
 
+#: Batches of a journal in flight at once on its data path (one by gRPC).
+PIPELINED = 4
 #: Seconds before a batch is sent again (`AppendQueue` with ``resend``), doubling to the max.
 RESEND_DELAY, MAX_RESEND_DELAY = 0.2, 5.0
 
@@ -109,19 +115,32 @@ class AppendQueue:
             await self._room.wait()
 
     async def _drain(self, journal: str, queue: deque[_Entry]) -> None:
-        """Send `journal`'s queue, a batch at a time, until it is empty."""
-        batch: list[_Entry] = []
+        """Send `journal`'s queue, a batch at a time, until it is empty; on a data path
+        (and without ``resend``), up to `PIPELINED` batches at once, each chained to the
+        one before it (it commits only if that one did; if not, it is sent again after
+        it), so that batches still commit in order."""
+        inflight: deque[tuple[list[_Entry], asyncio.Future[AppendResult]]] = deque()
+        on: FramedConnection | None = None  # (the data path what is in flight took)
         try:
-            while queue:
-                batch = [queue.popleft()]
-                size = len(batch[0].data)
-                while queue and size + len(queue[0].data) <= self.max_batch_bytes:
-                    batch.append(queue.popleft())
-                    size += len(batch[-1].data)
+            while queue or inflight:
+                conn = None if self.resend else self.client.data_path(journal)
+                while queue and (not inflight or (conn is not None and conn is on
+                                                  and len(inflight) < PIPELINED)):
+                    batch = self._batch(queue)
+                    inflight.append((batch, asyncio.ensure_future(
+                        self._send_batch(journal, batch, conn, chained=bool(inflight)))))
+                    on = conn
+                batch, sent = inflight[0]  # (in `inflight` until resolved: see finally)
                 self._inflight[journal] = batch[0].seq
-                APPEND_RPCS.inc()
                 try:
-                    result = await self._send(journal, [e.data for e in batch])
+                    result = await sent
+                except ChainBroken:
+                    # It, and every chained one after it, was not appended: again, in order.
+                    await asyncio.gather(*(f for _, f in inflight), return_exceptions=True)
+                    for entries, _ in reversed(inflight):
+                        queue.extendleft(reversed(entries))
+                    inflight.clear()
+                    continue
                 except Exception as err:  # noqa: BLE001 - handed to every waiter
                     log.debug("append of %d queued appends to %s failed: %s", len(batch),
                               journal, err)
@@ -132,11 +151,39 @@ class AppendQueue:
                     for entry in batch:
                         if not entry.fut.done():
                             entry.fut.set_result(result)
+                inflight.popleft()
                 self._resolved(journal, batch)
-                batch = []
         finally:
             # Cancelled (close) or broken: fail what can no longer be sent.
-            self._give_up(journal, batch)
+            for _, sent in inflight:
+                sent.cancel()
+            self._give_up(journal, [e for b, _ in inflight for e in b])
+
+    def _batch(self, queue: deque[_Entry]) -> list[_Entry]:
+        batch = [queue.popleft()]
+        size = len(batch[0].data)
+        while queue and size + len(queue[0].data) <= self.max_batch_bytes:
+            batch.append(queue.popleft())
+            size += len(batch[-1].data)
+        return batch
+
+    async def _send_batch(self, journal: str, batch: list[_Entry],
+                          conn: FramedConnection | None, *, chained: bool) -> AppendResult:
+        """A batch on `conn` (chained, or not), else as `JournalClient.append` sends it.
+        Refused on `conn`, it is sent again that way: nothing was written, what is
+        chained after it will not be, and what it was chained to committed."""
+        APPEND_RPCS.inc()
+        content = [e.data for e in batch]
+        if conn is not None:
+            try:
+                return await self.client.append_chained(conn, journal, content,
+                                                        chained=chained)
+            except (ChainBroken, AppendUncertain):
+                raise
+            except (BrokerError, Unavailable, ValidationError) as err:
+                log.debug("append to %s on its data path refused (%s): sending it again",
+                          journal, err)
+        return await self._send(journal, content)
 
     def _give_up(self, journal: str, batch: list[_Entry] | None = None) -> None:
         """Cancel `journal`'s unsent appends (and its batch in flight), and forget it."""

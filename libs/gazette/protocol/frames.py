@@ -5,13 +5,16 @@ RPC is there, and every client can use it alone).
 
 A connection opens with the client's `PREFACE` and a HELLO frame; the broker answers
 READY or GOAWAY. Every frame is an 8-byte header (the body's length as u32, its kind as
-u8, three zero bytes; little-endian) and its body:
+u8, its flags as u8, two zero bytes; little-endian) and its body:
 
 - HELLO (client): the caller's bearer token, UTF-8 (empty with authorization off).
 - READY (broker): the largest body it takes (u32): larger appends go by gRPC.
 - APPEND (client): the length of an ``AppendRequest`` (u32), the request (journal,
   expected offset, registers: gRPC's first Append message), the content's CRC-32
-  (u32, zlib's), the content (not empty).
+  (u32, zlib's), the content (not empty). With the flag `CHAINED`, only if the append
+  before it on this connection committed: else FAILED (ABORTED, nothing written), so
+  a client may have many appends in flight and still know they commit in order, or
+  not after one that did not.
 - APPENDED (broker): an ``AppendResponse`` (gRPC's), its commit without a SHA-1 of
   the content (the broker checked its CRC-32 instead, and hashes each byte once, into
   its fragment's SHA-1).
@@ -36,7 +39,9 @@ from gazette.pb import broker_pb2 as pb
 
 #: What a client sends first: the protocol's name and version.
 PREFACE = b"GAZETTE-FRAMES/1\r\n"
-HEADER = struct.Struct("<IB3x")
+HEADER = struct.Struct("<IBB2x")
+#: An APPEND's flag: served only if the append before it on the connection committed.
+CHAINED = 0x01
 _U32 = struct.Struct("<I")
 _CODE = struct.Struct("<H")
 #: The largest body a broker takes by default (READY says its own).
@@ -58,25 +63,28 @@ class FrameError(ValidationError):
     """A frame that breaks the protocol: the connection cannot go on."""
 
 
-def header(kind: Kind, length: int) -> bytes:
-    return HEADER.pack(length, kind)
+def header(kind: Kind, length: int, flags: int = 0) -> bytes:
+    return HEADER.pack(length, kind, flags)
 
 
-def parse_header(data: bytes | bytearray | memoryview, max_body: int) -> tuple[Kind, int]:
-    """A frame header's kind and body length; `FrameError` if either is unknown or out
-    of bounds (checked before the body is read: a huge length allocates nothing)."""
+def parse_header(data: bytes | bytearray | memoryview, max_body: int
+                 ) -> tuple[Kind, int, int]:
+    """A frame header's kind, body length and flags; `FrameError` if any is unknown or
+    out of bounds (checked before the body is read: a huge length allocates nothing)."""
     if len(data) != HEADER.size:
         raise FrameError("frame", f"a header is {HEADER.size} bytes, got {len(data)}")
-    length, kind = HEADER.unpack(data)
-    if bytes(data[5:8]) != b"\0\0\0":
+    length, kind, flags = HEADER.unpack(data)
+    if bytes(data[6:8]) != b"\0\0":
         raise FrameError("frame", "the header's reserved bytes are not zero")
+    if flags & ~CHAINED or (flags and kind != Kind.APPEND):
+        raise FrameError("frame.flags", f"unknown flags {flags:#x} for kind {kind}")
     try:
         known = Kind(kind)
     except ValueError:
         raise FrameError("frame.kind", f"unknown kind {kind}") from None
     if length > max_body:
         raise FrameError("frame.length", f"{length} bytes is over the {max_body}-byte limit")
-    return known, length
+    return known, length, flags
 
 
 def hello(token: str) -> bytes:
@@ -107,14 +115,15 @@ def parse_ready(body: bytes | memoryview) -> int:
 
 
 def append_parts(request: pb.AppendRequest, content: list[bytes | bytearray | memoryview],
-                 size: int) -> list[bytes | bytearray | memoryview]:
+                 size: int, *, chained: bool = False) -> list[bytes | bytearray | memoryview]:
     """An APPEND frame as the buffers to write (the content's are not copied)."""
     meta = request.SerializeToString()
     crc = 0
     for part in content:
         crc = zlib.crc32(part, crc)
     length = _U32.size + len(meta) + _U32.size + size
-    return [header(Kind.APPEND, length) + _U32.pack(len(meta)) + meta + _U32.pack(crc),
+    return [header(Kind.APPEND, length, CHAINED if chained else 0) + _U32.pack(len(meta))
+            + meta + _U32.pack(crc),
             *content]
 
 
@@ -123,6 +132,7 @@ class Append:
     request: pb.AppendRequest
     content: memoryview
     crc: int
+    chained: bool = False
 
     def check(self) -> None:
         """`FrameError`-free: a ValidationError naming the content if its CRC-32 does not
@@ -133,7 +143,7 @@ class Append:
                                   f"sent {self.crc:08x}: it changed on the way")
 
 
-def parse_append(body: bytes | bytearray | memoryview) -> Append:
+def parse_append(body: bytes | bytearray | memoryview, flags: int = 0) -> Append:
     view = memoryview(body)
     if len(view) < 2 * _U32.size:
         raise FrameError("append", f"a body of {len(view)} bytes is too short")
@@ -150,7 +160,7 @@ def parse_append(body: bytes | bytearray | memoryview) -> Append:
     content = view[at + _U32.size:]
     if not content:
         raise FrameError("append", "no content: an append by frame carries some")
-    return Append(request, content, crc)
+    return Append(request, content, crc, bool(flags & CHAINED))
 
 
 def appended(response: pb.AppendResponse) -> bytes:

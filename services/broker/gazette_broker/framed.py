@@ -11,8 +11,9 @@ the append apart).
 A connection: the client's preface and HELLO (its token, authenticated and checked for
 the Append capability as a call would be), READY; then APPEND frames, read up to
 `depth` ahead of the one being served (the socket is not read further meanwhile: the
-client's writes wait), each answered APPENDED or FAILED in order. A malformed frame
-gets GOAWAY once the appends before it are answered.
+client's writes wait), each answered APPENDED or FAILED in order; one flagged CHAINED
+is refused (ABORTED) unless the one before it committed. A malformed frame gets GOAWAY
+once the appends before it are answered.
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ class FramedServer:
         if preface != frames.PREFACE:
             raise FrameError("preface", f"expected {frames.PREFACE!r}: not a data-path "
                              "client")
-        kind, length = frames.parse_header(await reader.readexactly(frames.HEADER.size),
-                                           frames.MAX_META)
+        kind, length, _ = frames.parse_header(
+            await reader.readexactly(frames.HEADER.size), frames.MAX_META)
         if kind is not Kind.HELLO:
             raise FrameError("frame.kind", f"expected HELLO, got {kind.name}")
         return frames.parse_hello(await reader.readexactly(length))
@@ -189,7 +190,7 @@ class FramedServer:
         try:
             if len(head) < frames.HEADER.size:
                 head += await reader.readexactly(frames.HEADER.size - len(head))
-            kind, length = frames.parse_header(head, self.max_body)
+            kind, length, flags = frames.parse_header(head, self.max_body)
             if kind is not Kind.APPEND:
                 raise FrameError("frame.kind", f"a client sends APPEND, not {kind.name}")
             body = bytearray(length)
@@ -200,21 +201,29 @@ class FramedServer:
                     raise asyncio.IncompleteReadError(b"", length)
                 view[got:got + len(chunk)] = chunk
                 got += len(chunk)
-            return frames.parse_append(body)
+            return frames.parse_append(body, flags)
         except FrameError as err:
             return Refused(grpc.StatusCode.INVALID_ARGUMENT, str(err))
 
     async def _work(self, queue: asyncio.Queue[frames.Append | Refused | None],
                     writer: asyncio.StreamWriter) -> None:
-        """Serve the appends in order, answering each."""
+        """Serve the appends in order, answering each; a CHAINED one only if the one
+        before it committed."""
+        committed = True
         while (item := await queue.get()) is not None:
             if isinstance(item, Refused):
                 await writer.drain()
                 self._goaway(writer, item.code, item.details)
                 return
             try:
-                writer.write(frames.appended(await self._append(item)))
+                if item.chained and not committed:
+                    raise Refused(grpc.StatusCode.ABORTED, "the append before it on this "
+                                  "connection did not commit: nothing was appended")
+                response = await self._append(item)
+                committed = response.status == pb.OK
+                writer.write(frames.appended(response))
             except Refused as err:
+                committed = False
                 APPENDS.labels(err.code.name).inc()
                 writer.write(frames.refusal(Kind.FAILED, _code(err.code), err.details))
             if writer.transport.get_write_buffer_size() > WRITE_HIGH or queue.empty():

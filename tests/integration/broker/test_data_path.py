@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gazette.auth import Capability
-from gazette.client import BrokerError, JournalClient
+from gazette.client import AppendQueue, BrokerError, JournalClient
 from gazette.fragment import NO_SHA1
 from gazette.keyspace.specs import decode_broker
 from gazette.local.etcd import EmbeddedEtcd
@@ -68,14 +68,15 @@ async def raw(server: BrokerServer) -> tuple[asyncio.StreamReader, asyncio.Strea
 
 
 async def frame(reader: asyncio.StreamReader) -> tuple[Kind, bytes]:
-    kind, length = frames.parse_header(await reader.readexactly(frames.HEADER.size),
-                                       1 << 30)
+    kind, length, _ = frames.parse_header(await reader.readexactly(frames.HEADER.size),
+                                          1 << 30)
     return kind, await reader.readexactly(length)
 
 
-def append_frame(journal: str, content: bytes, offset: int = 0) -> bytes:
+def append_frame(journal: str, content: bytes, offset: int = 0, chained: bool = False
+                 ) -> bytes:
     parts = frames.append_parts(pb.AppendRequest(journal=journal, offset=offset),
-                                [content], len(content))
+                                [content], len(content), chained=chained)
     return b"".join(bytes(p) for p in parts)
 
 
@@ -136,7 +137,7 @@ async def test_a_corrupt_append_is_refused_and_the_connection_serves_on(
 
 @pytest.mark.parametrize(("send", "why"), [
     (b"GET / HTTP/1.1\r\n\r\n", "not a data-path client"),
-    (frames.PREFACE + frames.HEADER.pack(1 << 30, Kind.HELLO), "over the"),
+    (frames.PREFACE + frames.HEADER.pack(1 << 30, Kind.HELLO, 0), "over the"),
     (frames.PREFACE + frames.header(Kind.APPEND, 0), "expected HELLO"),
 ])
 async def test_hostile_openings_get_goaway(broker: BrokerServer, send: bytes, why: str
@@ -173,7 +174,7 @@ async def test_a_bad_frame_ends_the_connection_after_the_appends_before_it(
 async def test_a_huge_length_is_refused_without_reading_it(broker: BrokerServer) -> None:
     reader, writer = await raw(broker)
     try:
-        writer.write(frames.hello("") + frames.HEADER.pack(0xFFFFFFFF, Kind.APPEND))
+        writer.write(frames.hello("") + frames.HEADER.pack(0xFFFFFFFF, Kind.APPEND, 0))
         assert (await frame(reader))[0] is Kind.READY
         kind, body = await frame(reader)
         assert kind is Kind.GOAWAY and "limit" in frames.parse_refusal(body)[1]
@@ -248,5 +249,59 @@ async def test_a_free_port_on_every_address_is_one_port(etcd_server: EmbeddedEtc
         async with JournalClient(server.grpc_address) as client:
             await client.append(JOURNAL, b"a\n")
             assert (await client.append(JOURNAL, b"b\n")).commit.sha1 == NO_SHA1
+    finally:
+        await server.stop()
+
+
+async def test_a_chained_append_commits_only_after_one_that_did(broker: BrokerServer
+                                                                ) -> None:
+    reader, writer = await raw(broker)
+    try:
+        writer.write(frames.hello("") + append_frame(JOURNAL, b"one\n")
+                     + append_frame(JOURNAL, b"two\n", chained=True)
+                     + append_frame(JOURNAL, b"bad\n", offset=1, chained=True)  # refused
+                     + append_frame(JOURNAL, b"three\n", chained=True)
+                     + append_frame(JOURNAL, b"four\n", chained=True)
+                     + append_frame(JOURNAL, b"five\n"))  # (not chained: served)
+        assert (await frame(reader))[0] is Kind.READY
+        answers = [await frame(reader) for _ in range(6)]
+        kinds = [k for k, _ in answers]
+        assert kinds == [Kind.APPENDED, Kind.APPENDED, Kind.APPENDED, Kind.FAILED,
+                         Kind.FAILED, Kind.APPENDED]
+        assert frames.parse_appended(answers[2][1]).status == pb.WRONG_APPEND_OFFSET
+        for _, body in answers[3:5]:
+            code, detail = frames.parse_refusal(body)
+            assert code == 10 and "did not commit" in detail  # ABORTED
+    finally:
+        writer.close()
+    async with JournalClient(broker.grpc_address) as client:
+        assert await read_all(client, await client.write_head(JOURNAL)) == \
+            b"one\ntwo\nfive\n"
+
+
+async def test_an_append_queue_pipelines_in_order_through_a_refusal(
+        etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path) -> None:
+    """Batches in flight at once on the data path; one the broker refuses (too large)
+    fails alone: those chained after it are sent again, and all commit in call order."""
+    server = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path,
+                                        data_port=0, max_append_size=64 << 10))
+    await server.start()
+    try:
+        await server.apply_yaml(SPECS)
+        async with JournalClient(server.grpc_address) as client, \
+                AppendQueue(client, max_batch_bytes=16 << 10) as queue:
+            for warm in (b"w1\n", b"w2\n"):  # (the route, then the data path's connection)
+                await queue.append(JOURNAL, warm)
+            assert client.data_path(JOURNAL) is not None
+            lines = [f"{i:05d} ".encode() * 160 + b"\n" for i in range(60)]  # ~1 KiB
+            futures = [queue.append(JOURNAL, line) for line in lines[:30]]
+            too_large = queue.append(JOURNAL, b"x" * (100 << 10))
+            futures += [queue.append(JOURNAL, line) for line in lines[30:]]
+            results = await asyncio.gather(*futures)
+            with pytest.raises(BrokerError, match="APPEND_TOO_LARGE"):
+                await too_large
+            assert all(r.commit.sha1 == NO_SHA1 for r in results)
+            end = await client.write_head(JOURNAL)
+            assert await read_all(client, end) == b"w1\nw2\n" + b"".join(lines)
     finally:
         await server.stop()

@@ -15,7 +15,7 @@ from gazette.protocol.frames import FrameError, Kind
 
 
 def body_of(frame: bytes) -> tuple[Kind, bytes]:
-    kind, length = frames.parse_header(frame[:frames.HEADER.size], 1 << 20)
+    kind, length, _ = frames.parse_header(frame[:frames.HEADER.size], 1 << 20)
     body = frame[frames.HEADER.size:]
     assert len(body) == length
     return kind, body
@@ -32,6 +32,15 @@ def test_an_append_reads_back_with_its_request_and_crc() -> None:
     assert bytes(append.content) == b"hello world\n"
     assert append.crc == zlib.crc32(b"hello world\n")
     append.check()
+
+
+def test_a_chained_append_says_so() -> None:
+    parts = frames.append_parts(pb.AppendRequest(journal="a/b"), [b"x"], 1, chained=True)
+    raw = b"".join(bytes(p) for p in parts)
+    kind, _, flags = frames.parse_header(raw[:frames.HEADER.size], 1 << 20)
+    assert (kind, flags) == (Kind.APPEND, frames.CHAINED)
+    assert frames.parse_append(raw[frames.HEADER.size:], flags).chained
+    assert not frames.parse_append(raw[frames.HEADER.size:]).chained
 
 
 def test_content_changed_on_the_way_fails_its_check_naming_it() -> None:
@@ -58,9 +67,11 @@ def test_hello_ready_appended_and_refusals_round_trip() -> None:
 
 
 @pytest.mark.parametrize(("header", "field", "why"), [
-    (frames.HEADER.pack(10, 99), "frame.kind", "unknown kind 99"),
-    (frames.HEADER.pack(1 << 30, Kind.APPEND), "frame.length", "over the"),
-    (frames.HEADER.pack(3, Kind.APPEND)[:5] + b"\1\0\0", "frame", "reserved"),
+    (frames.HEADER.pack(10, 99, 0), "frame.kind", "unknown kind 99"),
+    (frames.HEADER.pack(1 << 30, Kind.APPEND, 0), "frame.length", "over the"),
+    (frames.HEADER.pack(3, Kind.APPEND, 0)[:6] + b"\1\0", "frame", "reserved"),
+    (frames.HEADER.pack(3, Kind.APPEND, 0x80), "frame.flags", "unknown flags 0x80"),
+    (frames.HEADER.pack(3, Kind.HELLO, frames.CHAINED), "frame.flags", "unknown flags"),
     (b"\0" * 3, "frame", "8 bytes"),
 ])
 def test_bad_headers_are_refused_before_a_body_is_read(header: bytes, field: str,
