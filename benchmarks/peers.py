@@ -4,9 +4,10 @@ Redis Streams on this machine, in alternating rounds of one run.
 The systems (servers and clients in `peer_targets.py`), each on a free loopback port
 with its data under one temp dir:
 
-- ``ours``: etcd and one ``python -m gazette_broker serve`` process, journals of
-  replication 1, codec NONE, 64 MiB fragments in a ``file://`` store, a
-  `gazette.client.JournalClient` with its defaults;
+- ``ours``: etcd and one ``python -m gazette_broker serve`` process with its data path
+  on (``--broker.data-port``; ``DATA_PATH=0``: gRPC only), journals of replication 1,
+  codec NONE, 64 MiB fragments in a ``file://`` store, a `gazette.client.JournalClient`
+  with its defaults (so appends that fit a frame take the data path);
 - ``nats``: ``nats-server -js``, one file-storage stream of one subject per workload
   and round, nats-py;
 - ``redis``: ``redis-server --appendonly yes --appendfsync everysec --save ""``, one
@@ -78,7 +79,12 @@ from typing import Any
 
 import uvloop
 from broker_bench import TUNABLES  # type: ignore[import-not-found]
-from peer_servers import serve, server_cpu_s, version  # type: ignore[import-not-found]
+from peer_servers import (  # type: ignore[import-not-found]
+    DATA_PATH_ARGS,
+    serve,
+    server_cpu_s,
+    version,
+)
 from peer_targets import (  # type: ignore[import-not-found]
     BINARIES,
     PAYLOAD,
@@ -336,7 +342,7 @@ async def measure_rounds(targets: dict[str, tuple[Target, int]], rounds: int,
 def summary(figures: Figures, rounds: int, quick: bool, versions: dict[str, str]
             ) -> dict[str, object]:
     """The JSON figures: medians over the rounds (MB/s also min and max) and ratios."""
-    out: dict[str, object] = {"rounds": rounds}
+    out: dict[str, object] = {"rounds": rounds, "ours_data_path": bool(DATA_PATH_ARGS)}
     if quick:
         out["quick"] = True
     for system, figs in figures.items():
