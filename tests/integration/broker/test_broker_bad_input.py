@@ -33,7 +33,7 @@ from gazette.protocol import journal_spec_to_pb
 from gazette.protocol.trees import journal_changes_from_yaml
 from gazette_broker import BrokerServer
 from gazette_broker.replica import APPENDS
-from tests.fixtures.broker import broker_config
+from tests.fixtures.broker import broker_config, started_broker
 from tests.fixtures.relay import Relay
 
 pytestmark = pytest.mark.integration
@@ -92,14 +92,9 @@ async def broker(broker_server: BrokerServer) -> BrokerServer:
 async def small_broker(etcd_server: EmbeddedEtcd, etcd_prefix: str,
                        tmp_path: Path) -> AsyncIterator[BrokerServer]:
     """A broker that accepts appends of at most `SMALL_LIMIT` bytes."""
-    server = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path,
-                                        max_append_size=SMALL_LIMIT))
-    await server.start()
-    try:
-        await server.apply_yaml(SPECS)
+    async with started_broker(etcd_server, etcd_prefix, tmp_path, SPECS,
+                              max_append_size=SMALL_LIMIT) as server:
         yield server
-    finally:
-        await server.stop()
 
 
 @contextlib.asynccontextmanager

@@ -23,7 +23,7 @@ from gazette.pb import broker_pb2 as pb
 from gazette.protocol import frames, journal_changes_from_yaml
 from gazette.protocol.frames import Kind
 from gazette_broker import BrokerServer
-from tests.fixtures.broker import broker_config
+from tests.fixtures.broker import started_broker
 from tests.fixtures.security import ClusterSecurity, token
 
 pytestmark = pytest.mark.integration
@@ -41,14 +41,9 @@ JOURNAL = "data/one"
 @pytest.fixture
 async def broker(etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path
                  ) -> AsyncIterator[BrokerServer]:
-    server = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path,
-                                        data_port=0))
-    await server.start()
-    try:
-        await server.apply_yaml(SPECS)
+    async with started_broker(etcd_server, etcd_prefix, tmp_path, SPECS,
+                              data_port=0) as server:
         yield server
-    finally:
-        await server.stop()
 
 
 def data_port(server: BrokerServer) -> int:
@@ -196,10 +191,8 @@ async def test_tokens_and_tls_as_on_grpc(etcd_server: EmbeddedEtcd, etcd_prefix:
                                          tmp_path: Path) -> None:
     sec = ClusterSecurity.make(tmp_path / "pki")
     config = {k: v for k, v in sec.config().items() if not k.startswith("etcd_")}
-    server = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path,
-                                        data_port=0, **config))
-    await server.start()
-    try:
+    async with started_broker(etcd_server, etcd_prefix, tmp_path, data_port=0,
+                              **config) as server:
         admin = token(sec.key, *Capability)
         async with JournalClient(f"https://127.0.0.1:{server.grpc_port}",
                                  auth=sec.pki.client(sec.cert, admin)) as client:
@@ -224,8 +217,6 @@ async def test_tokens_and_tls_as_on_grpc(etcd_server: EmbeddedEtcd, etcd_prefix:
             assert frames.parse_refusal(body)[0] == 7  # PERMISSION_DENIED
         finally:
             writer.close()
-    finally:
-        await server.stop()
 
 
 def test_crc_is_zlibs() -> None:  # (what a client in another language computes)
@@ -239,18 +230,13 @@ async def test_a_free_port_on_every_address_is_one_port(etcd_server: EmbeddedEtc
     """(A bug: bound to every address with port 0, each address family got a port of its
     own, and the advertised one was sometimes the IPv6 socket's: IPv4 clients were
     refused and appended by gRPC.)"""
-    server = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path,
-                                        bind="", data_port=0))
-    await server.start()
-    try:
-        await server.apply_yaml(SPECS)
+    async with started_broker(etcd_server, etcd_prefix, tmp_path, SPECS, bind="",
+                              data_port=0) as server:
         assert server.framed is not None
         assert {port for _, port in server.framed.listening} == {server.framed.port}
         async with JournalClient(server.grpc_address) as client:
             await client.append(JOURNAL, b"a\n")
             assert (await client.append(JOURNAL, b"b\n")).commit.sha1 == NO_SHA1
-    finally:
-        await server.stop()
 
 
 async def test_a_chained_append_commits_only_after_one_that_did(broker: BrokerServer
@@ -283,25 +269,20 @@ async def test_an_append_queue_pipelines_in_order_through_a_refusal(
         etcd_server: EmbeddedEtcd, etcd_prefix: str, tmp_path: Path) -> None:
     """Batches in flight at once on the data path; one the broker refuses (too large)
     fails alone: those chained after it are sent again, and all commit in call order."""
-    server = BrokerServer(broker_config(etcd_server.endpoint, etcd_prefix, tmp_path,
-                                        data_port=0, max_append_size=64 << 10))
-    await server.start()
-    try:
-        await server.apply_yaml(SPECS)
-        async with JournalClient(server.grpc_address) as client, \
-                AppendQueue(client, max_batch_bytes=16 << 10) as queue:
-            for warm in (b"w1\n", b"w2\n"):  # (the route, then the data path's connection)
-                await queue.append(JOURNAL, warm)
-            assert client.data_path(JOURNAL) is not None
-            lines = [f"{i:05d} ".encode() * 160 + b"\n" for i in range(60)]  # ~1 KiB
-            futures = [queue.append(JOURNAL, line) for line in lines[:30]]
-            too_large = queue.append(JOURNAL, b"x" * (100 << 10))
-            futures += [queue.append(JOURNAL, line) for line in lines[30:]]
-            results = await asyncio.gather(*futures)
-            with pytest.raises(BrokerError, match="APPEND_TOO_LARGE"):
-                await too_large
-            assert all(r.commit.sha1 == NO_SHA1 for r in results)
-            end = await client.write_head(JOURNAL)
-            assert await read_all(client, end) == b"w1\nw2\n" + b"".join(lines)
-    finally:
-        await server.stop()
+    async with started_broker(etcd_server, etcd_prefix, tmp_path, SPECS, data_port=0,
+                              max_append_size=64 << 10) as server, \
+            JournalClient(server.grpc_address) as client, \
+            AppendQueue(client, max_batch_bytes=16 << 10) as queue:
+        for warm in (b"w1\n", b"w2\n"):  # (the route, then the data path's connection)
+            await queue.append(JOURNAL, warm)
+        assert client.data_path(JOURNAL) is not None
+        lines = [f"{i:05d} ".encode() * 160 + b"\n" for i in range(60)]  # ~1 KiB
+        futures = [queue.append(JOURNAL, line) for line in lines[:30]]
+        too_large = queue.append(JOURNAL, b"x" * (100 << 10))
+        futures += [queue.append(JOURNAL, line) for line in lines[30:]]
+        results = await asyncio.gather(*futures)
+        with pytest.raises(BrokerError, match="APPEND_TOO_LARGE"):
+            await too_large
+        assert all(r.commit.sha1 == NO_SHA1 for r in results)
+        end = await client.write_head(JOURNAL)
+        assert await read_all(client, end) == b"w1\nw2\n" + b"".join(lines)
