@@ -26,6 +26,7 @@ from gazette.message import JsonMessage, Partition, Publisher
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import ProcessId
+from tests.fixtures.broker import DATA_PORT
 from tests.fixtures.security import ClusterSecurity
 
 
@@ -58,7 +59,7 @@ class Broker:
                 "--broker.lease-ttl", str(self.lease_ttl), "--broker.grace", "2",
                 "--broker.drain-timeout", "20",
                 "--etcd.address", self.etcd, "--etcd.prefix", self.prefix,
-                *self.security.flags()]
+                "--broker.data-port", str(DATA_PORT), *self.security.flags()]
         self.process = Process(self.name, argv, self.workdir / f"{self.name}.log")
 
     @property

@@ -31,20 +31,21 @@ EVENTS = 1500
 
 
 @contextlib.asynccontextmanager
-async def secure_cluster(workdir: Path, prefix: str
+async def secure_cluster(workdir: Path, prefix: str, **broker: object
                          ) -> AsyncIterator[tuple[EtcdServer, BrokerServer, ClusterSecurity]]:
-    """An etcd and a broker of their own, both with mutual TLS and authorization."""
+    """An etcd and a broker of their own (its config also `broker`), both with mutual
+    TLS and authorization."""
     security = ClusterSecurity.make(workdir / "pki")
     etcd = EmbeddedEtcd(workdir / "etcd", tls=security.etcd_tls)
     await asyncio.to_thread(etcd.start)
     try:
-        broker = BrokerServer(broker_config(etcd.endpoint, prefix, workdir,
-                                            **security.config()))
-        await broker.start()
+        server = BrokerServer(broker_config(etcd.endpoint, prefix, workdir,
+                                            **security.config(), **broker))
+        await server.start()
         try:
-            yield etcd, broker, security
+            yield etcd, server, security
         finally:
-            await broker.stop()
+            await server.stop()
     finally:
         await asyncio.to_thread(etcd.stop)
 

@@ -287,7 +287,9 @@ async def test_a_read_modify_write_handler_keeps_exact_totals_under_delayed_comm
             raise RuntimeError("later")  # the commit waits for this retry's append
 
     expected: Counter[str] = Counter()
-    async with secure_cluster(tmp_path, etcd_prefix) as (etcd, broker, security), \
+    # (Appends are held at a relay of the broker's gRPC address: its broker serves no
+    # data path, whose endpoint the member would otherwise append to directly.)
+    async with secure_cluster(tmp_path, etcd_prefix, data_port=-1) as (etcd, broker, security), \
             JournalClient(broker.grpc_address, auth=security.client()) as client, \
             Relay(broker.grpc_address) as relay:
         await Catalog(client).partitions(CLICKS)

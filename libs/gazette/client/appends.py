@@ -216,8 +216,10 @@ class Appends:
             return await conn.append(first, [p for msg in messages for p in msg.parts], size)
         except AppendLost as lost:
             raise _AttemptFailed(lost.err, committing=True) from lost.err
-        except grpc.aio.AioRpcError as err:  # the broker's refusal: nothing written
-            raise _AttemptFailed(err, committing=False) from err
+        except grpc.aio.AioRpcError as err:
+            # As an AppendWhole call's: the whole append was sent, so a failure with a
+            # retryable code (the broker's AppendUncertain among them) is in doubt.
+            raise _AttemptFailed(err, committing=True) from err
 
     def data_path(self, journal: str) -> FramedConnection | None:
         """The open data-path connection `journal`'s appends go on now, if any."""
@@ -229,8 +231,9 @@ class Appends:
                              content: list[bytes], *, chained: bool) -> AppendResult:
         """One attempt to append `content` to `journal` on `conn` (no retries): with
         `chained`, only if the append before it on `conn` committed (`ChainBroken`
-        otherwise). A refusal raises as `append` would (nothing written: it may be sent
-        again), a lost answer `AppendUncertain`."""
+        otherwise). A refusal (a broker status, a token or argument refused: nothing
+        written, it may be sent again) raises as `append` would; a lost answer, or a
+        failure with a retryable code, `AppendUncertain`."""
         size = sum(len(c) for c in content)
         try:
             resp = await conn.append(pb.AppendRequest(journal=journal), content, size,
@@ -239,8 +242,11 @@ class Appends:
             raise AppendUncertain(journal, f"the answer to its commit was lost "
                                   f"({lost.err.details()})") from lost.err
         except grpc.aio.AioRpcError as err:
-            if err.code() is grpc.StatusCode.ABORTED:
+            if err.code() is grpc.StatusCode.ABORTED:  # (only the chain rule's)
                 raise ChainBroken(journal, err.details() or "") from err
+            if err.code() in RETRYABLE:  # (as in `_by_data_path`: in doubt)
+                raise AppendUncertain(journal, f"its append failed after it was sent "
+                                      f"({err.code().name}: {err.details()})") from err
             raise rpc_error(err, journal) from err
         self._learn(journal, resp.header)
         return self._result(journal, resp)

@@ -5,9 +5,11 @@ primary pipelined on one connection and answered in order, beside gRPC.
 endpoint (brokers serve one with ``--broker.data-port``) and the content fits a frame;
 everything else, and every append while a data endpoint cannot be reached, goes by
 gRPC. Failures come back as gRPC's errors (`grpc.aio.AioRpcError`), so an append is
-retried, and resolved when its answer was lost, by the same rules either way: a FAILED
-frame is the broker's refusal (nothing written); a connection lost after an append was
-written leaves it in doubt.
+retried, and resolved when its answer was lost, by the rules of an AppendWhole call
+(the whole append was sent): a connection lost after an append was written, or a FAILED
+frame with a retryable code (the broker's own doubt: a replication that failed after
+its proposal), leaves it in doubt; other FAILED codes and broker statuses are refusals
+(nothing written).
 """
 
 from __future__ import annotations
@@ -122,9 +124,10 @@ class FramedConnection:
                      content: Sequence[bytes | bytearray | memoryview], size: int, *,
                      chained: bool = False) -> pb.AppendResponse:
         """Append `content` (`size` bytes, which `fits`) under `request`: the broker's
-        answer; `AioRpcError` if it refused (nothing written; ABORTED: `chained`, and
-        the append before it on this connection did not commit), `AppendLost` if the
-        connection ended after the frame was written."""
+        answer; `AioRpcError` for a FAILED frame (ABORTED: `chained`, and the append
+        before it on this connection did not commit: nothing written; other codes as
+        gRPC's, see the module doc), `AppendLost` if the connection ended after the
+        frame was written."""
         writer = self._writer
         if writer is None or self.closed:
             raise _error(grpc.StatusCode.UNAVAILABLE, f"data path {self.endpoint} closed")

@@ -180,7 +180,7 @@ class AppendQueue:
                                                         chained=chained)
             except (ChainBroken, AppendUncertain):
                 raise
-            except (BrokerError, Unavailable, ValidationError) as err:
+            except (BrokerError, ValidationError) as err:  # refused: nothing written
                 log.debug("append to %s on its data path refused (%s): sending it again",
                           journal, err)
         return await self._send(journal, content)

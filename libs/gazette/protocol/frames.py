@@ -18,8 +18,11 @@ u8, its flags as u8, two zero bytes; little-endian) and its body:
 - APPENDED (broker): an ``AppendResponse`` (gRPC's), its commit without a SHA-1 of
   the content (the broker checked its CRC-32 instead, and hashes each byte once, into
   its fragment's SHA-1).
-- FAILED (broker): an append refused as gRPC would end its call: the status code
-  (u16, gRPC's numbering) and the detail, UTF-8.
+- FAILED (broker): an append ended as gRPC would end its call: the status code
+  (u16, gRPC's numbering) and the detail, UTF-8. As for an AppendWhole call, a
+  retryable code (UNAVAILABLE: a replication that failed after its proposal) leaves
+  the append in doubt; ABORTED (a broken chain), DATA_LOSS (a bad CRC-32) and the
+  refusals of a token or an argument wrote nothing.
 - GOAWAY (broker): the connection ends (a malformed frame, a refused token,
   shutdown): code and detail as FAILED. Appends not answered yet may or may not have
   committed.

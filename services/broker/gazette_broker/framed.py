@@ -109,9 +109,13 @@ class FramedServer:
             return
         self._server.close()
         for task in list(self._connections):
-            task.cancel()  # (the current append is finished first: see _serve)
+            task.cancel()  # (reading stops; the appends read are answered: see _serve)
         if self._connections:
             await asyncio.wait(self._connections, timeout=grace)
+        for task in list(self._connections):
+            task.cancel()  # (and now those too)
+        if self._connections:
+            await asyncio.wait(self._connections, timeout=1.0)
         self._server = None
 
     async def _connection(self, reader: asyncio.StreamReader,
@@ -156,15 +160,21 @@ class FramedServer:
         queue: asyncio.Queue[frames.Append | Refused | None] = asyncio.Queue(self.depth)
         worker = asyncio.create_task(self._work(queue, writer))
         try:
-            while True:
-                item = await self._next(reader)
-                if item is None:
-                    break
-                await queue.put(item)
-                if isinstance(item, Refused):
-                    break
+            try:
+                while True:
+                    item = await self._next(reader)
+                    if item is None:
+                        break
+                    await queue.put(item)
+                    if isinstance(item, Refused):
+                        break
+            except asyncio.CancelledError:
+                # The broker stops: no more is read, what was read is answered first (a
+                # second cancel, at the end of `stop`'s grace, ends that too).
+                if worker.done():
+                    raise
             await queue.put(None)
-            await asyncio.shield(worker)
+            await worker
         finally:
             if not worker.done():
                 worker.cancel()

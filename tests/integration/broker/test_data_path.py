@@ -7,6 +7,7 @@ input gets a clear refusal and the broker keeps serving."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import zlib
 from collections.abc import AsyncIterator
@@ -286,3 +287,28 @@ async def test_an_append_queue_pipelines_in_order_through_a_refusal(
         assert all(r.commit.sha1 == NO_SHA1 for r in results)
         end = await client.write_head(JOURNAL)
         assert await read_all(client, end) == b"w1\nw2\n" + b"".join(lines)
+
+
+async def test_stopping_answers_every_append_it_read(broker: BrokerServer) -> None:
+    """The data path stops reading, answers what it read, then closes: every append
+    answered is written, none unanswered is."""
+    reader, writer = await raw(broker)
+    try:
+        writer.write(frames.hello("") + b"".join(
+            append_frame(JOURNAL, f"{i:04d}\n".encode()) for i in range(200)))
+        assert (await frame(reader))[0] is Kind.READY
+        assert (await frame(reader))[0] is Kind.APPENDED  # (under way)
+        assert broker.framed is not None
+        stopping = asyncio.create_task(broker.framed.stop(5.0))
+        answered = 1
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                kind, body = await frame(reader)
+                assert kind is Kind.APPENDED and frames.parse_appended(body).status == pb.OK
+                answered += 1
+        await stopping
+    finally:
+        writer.close()
+    async with JournalClient(broker.grpc_address, data_path=False) as client:
+        written = await read_all(client, await client.write_head(JOURNAL))
+    assert written == b"".join(f"{i:04d}\n".encode() for i in range(answered))
