@@ -23,7 +23,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from prometheus_client import Counter, Gauge
@@ -217,26 +217,67 @@ class FramedServer:
 
     async def _work(self, queue: asyncio.Queue[frames.Append | Refused | None],
                     writer: asyncio.StreamWriter) -> None:
-        """Serve the appends in order, answering each; a CHAINED one only if the one
-        before it committed."""
-        committed = True
-        while (item := await queue.get()) is not None:
-            if isinstance(item, Refused):
+        """Serve the appends, answering each in order. One with an expected offset (not
+        chained) starts at once, beside those before it: the broker orders appends by
+        offset, so one sent ahead of the head waits for those that fill the gap, as
+        separate gRPC calls would (served one after another, it would hold up the very
+        appends it waits for). Any other starts once those before it ended: its order is
+        the connection's; a CHAINED one is served only if the one before it committed."""
+        answers: asyncio.Queue[asyncio.Task[tuple[bytes, bool]] | Refused | None] = \
+            asyncio.Queue(self.depth)
+        answering = asyncio.create_task(self._answer(answers, writer))
+        running: list[asyncio.Task[tuple[bytes, bool]]] = []
+        last: asyncio.Task[tuple[bytes, bool]] | None = None
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, Refused):
+                    await answers.put(item)
+                    break
+                running = [t for t in running if not t.done()]
+                ordered = item.chained or not item.request.offset
+                last = asyncio.create_task(self._served(
+                    item, tuple(running) if ordered else (), last if item.chained else None))
+                running.append(last)
+                await answers.put(last)  # (waits while `depth` answers are pending)
+            await answers.put(None)
+            await answering
+        finally:
+            for task in (answering, *running):
+                task.cancel()
+
+    async def _served(self, item: frames.Append, after: tuple[asyncio.Task[Any], ...],
+                      chained_to: asyncio.Task[tuple[bytes, bool]] | None
+                      ) -> tuple[bytes, bool]:
+        """`item`'s answer, and whether it committed, once `after` ended."""
+        if after:
+            await asyncio.wait(after)
+        try:
+            if chained_to is not None and not chained_to.result()[1]:
+                raise Refused(grpc.StatusCode.ABORTED, "the append before it on this "
+                              "connection did not commit: nothing was appended")
+            response = await self._append(item)
+        except Refused as err:
+            APPENDS.labels(err.code.name).inc()
+            return frames.refusal(Kind.FAILED, _code(err.code), err.details), False
+        except Exception as err:
+            log.exception("data path: an append to %s failed", item.request.journal)
+            APPENDS.labels("INTERNAL").inc()
+            return frames.refusal(Kind.FAILED, _code(grpc.StatusCode.INTERNAL),
+                                  f"the broker failed: {err!r}"), False
+        return frames.appended(response), response.status == pb.OK
+
+    async def _answer(self, answers: asyncio.Queue[asyncio.Task[tuple[bytes, bool]]
+                                                  | Refused | None],
+                      writer: asyncio.StreamWriter) -> None:
+        """Write the answers in the order of their appends (then a GOAWAY, if any)."""
+        while (task := await answers.get()) is not None:
+            if isinstance(task, Refused):
                 await writer.drain()
-                self._goaway(writer, item.code, item.details)
+                self._goaway(writer, task.code, task.details)
                 return
-            try:
-                if item.chained and not committed:
-                    raise Refused(grpc.StatusCode.ABORTED, "the append before it on this "
-                                  "connection did not commit: nothing was appended")
-                response = await self._append(item)
-                committed = response.status == pb.OK
-                writer.write(frames.appended(response))
-            except Refused as err:
-                committed = False
-                APPENDS.labels(err.code.name).inc()
-                writer.write(frames.refusal(Kind.FAILED, _code(err.code), err.details))
-            if writer.transport.get_write_buffer_size() > WRITE_HIGH or queue.empty():
+            frame, _ = await task
+            writer.write(frame)
+            if writer.transport.get_write_buffer_size() > WRITE_HIGH or answers.empty():
                 await writer.drain()
 
     async def _append(self, append: frames.Append) -> pb.AppendResponse:

@@ -312,3 +312,25 @@ async def test_stopping_answers_every_append_it_read(broker: BrokerServer) -> No
     async with JournalClient(broker.grpc_address, data_path=False) as client:
         written = await read_all(client, await client.write_head(JOURNAL))
     assert written == b"".join(f"{i:04d}\n".encode() for i in range(answered))
+
+
+async def test_appends_with_offsets_out_of_order_on_one_connection(broker: BrokerServer
+                                                                   ) -> None:
+    reader, writer = await raw(broker)
+    try:
+        writer.write(frames.hello("") + append_frame(JOURNAL, b"first\n", offset=0)
+                     + append_frame(JOURNAL, b"third\n", offset=12)
+                     + append_frame(JOURNAL, b"secnd\n", offset=6))
+        assert (await frame(reader))[0] is Kind.READY
+        begins = []
+        for _ in range(3):
+            kind, body = await frame(reader)
+            assert kind is Kind.APPENDED
+            response = frames.parse_appended(body)
+            assert response.status == pb.OK
+            begins.append(response.commit.begin)
+        assert begins == [0, 12, 6]  # (answered in the order sent)
+    finally:
+        writer.close()
+    async with JournalClient(broker.grpc_address) as client:
+        assert await read_all(client, 18) == b"first\nsecnd\nthird\n"
