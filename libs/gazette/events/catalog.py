@@ -29,6 +29,8 @@ log = logging.getLogger("gazette.events")
 
 #: Seconds a listing or an apply may take.
 CATALOG_TIMEOUT = 30.0
+#: How soon a catalog lists a topic again while the broker catches up with its creation.
+LIST_AGAIN_SECONDS = 0.02
 
 
 @dataclass
@@ -77,7 +79,16 @@ class Catalog:
         await self.ensure(specs)
         log.info("topic %s created: %d partitions under %s%s/", topic.name, len(specs),
                  self.prefix, topic.name)
-        return await self._list(topic)
+        # The broker lists from its view of etcd, which may not have reached the apply
+        # yet (producing then found no partitions: docs/events.md's example, now and
+        # then): list until every partition is there.
+        names = {s.name for s in specs}
+        async with asyncio.timeout(CATALOG_TIMEOUT):
+            while True:
+                listed = await self._list(topic)
+                if names <= {s.name for s in listed}:
+                    return listed
+                await asyncio.sleep(LIST_AGAIN_SECONDS)
 
     async def ensure(self, specs: list[JournalSpec]) -> list[str]:
         """Make the journals of `specs` that do not exist yet, in batches of one etcd
