@@ -111,8 +111,8 @@ children:
     fragment: {length: 8388608}
 """
 #: Whether the broker serves its data path (``--broker.data-port``), which the
-#: recorder's appends then take; ``DATA_PATH=0``: gRPC only.
-DATA_PATH = os.environ.get("DATA_PATH", "1") != "0"
+#: recorder's appends then take (``DATA_PATH=1``; off by default, as a broker's is).
+DATA_PATH = os.environ.get("DATA_PATH", "0") == "1"
 #: The recorded store's options in the overhead and log-size phases (the plain
 #: baseline uses the same page size): 1 KiB pages, for these ~100-byte rows.
 STORE_OPTIONS: dict[str, Any] = {"page_size": 1024,
