@@ -1,8 +1,9 @@
 """Recovery logs: playback MB/s, what recording costs a SQLite store, and a cold start.
 
 Starts etcd and a broker (its own process; journals of replication 1, 64 MiB
-uncompressed fragments in a `file:///` store; its data path on, which the recorder's
-appends take: ``DATA_PATH=0`` for gRPC only; `data_path` in the output says which), then:
+uncompressed fragments in a `file:///` store; by default without its data path, as a
+broker's default is: ``DATA_PATH=1`` turns it on, and the recorder's appends take it;
+`data_path` in the output says which), then:
 
 - `playback_mb_per_s`: a recovery log of 256 MiB (`playback_bytes`, what the player
   read): one file of a `RecordedFolder` written in writes of 64 KiB to 1 MiB (random
