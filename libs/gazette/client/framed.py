@@ -149,7 +149,8 @@ class FramedConnection:
                 kind, body = await _frame(reader, 1 << 30)
                 if kind is Kind.GOAWAY:
                     code, detail = frames.parse_refusal(body)
-                    reason = _error(_status(code) if _status(code) is not grpc.StatusCode.OK
+                    status = _status(code)
+                    reason = _error(status if status is not grpc.StatusCode.OK
                                     else grpc.StatusCode.UNAVAILABLE,
                                     f"{detail} (data path {self.endpoint})")
                     log.info("data path %s: the broker ended the connection: %s",
