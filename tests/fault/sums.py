@@ -265,7 +265,20 @@ class Load:
                 await eventually(reached, f"{more} more exact sums", timeout, interval=0.25)
         except (AssertionError, TimeoutError) as err:
             raise AssertionError(f"{more} more exact sums: {err or 'timed out'}\n"
-                                 f"{self.cluster.diagnosis()}") from None
+                                 f"{self.cluster.diagnosis()}\n{self.where()}") from None
+
+    def where(self) -> str:
+        """Where the driver's tasks wait (for a failed run): each of this loop's tasks
+        that runs gazette code, innermost frame last."""
+        queue = self.driver.appender.queue
+        lines = [f"appends in flight: {queue._inflight}, pending bytes: {queue.pending_bytes}"]
+        for task in asyncio.all_tasks():
+            frames = task.get_stack(limit=20)
+            where = [f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_code.co_name}:"
+                     f"{f.f_lineno}" for f in frames]
+            if any("gazette" in f.f_code.co_filename for f in frames):
+                lines.append(f"task {task.get_name()}: " + " > ".join(where))
+        return "\n".join(lines)
 
 
 def member_gone(cluster: Cluster, member: Member) -> bool:

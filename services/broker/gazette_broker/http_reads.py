@@ -15,11 +15,11 @@ from collections.abc import AsyncGenerator
 
 from gazette.client import ReadChunk
 from gazette.cluster import CLOSED_DELETED
-from gazette.fragment import JournalClosed, fragment_from_pb
-from gazette.pb import broker_pb2 as pb
+from gazette.fragment import JournalClosed
 from gazette_broker.errors import StatusError
-from gazette_broker.forward import ForwardFailed, forward_read
+from gazette_broker.forward import ForwardFailed
 from gazette_broker.replica import Replica
+from gazette_broker.replica_reads import forwarded_chunks, replica_chunks
 from gazette_broker.routing import JournalRouting, JournalUnready, Routed
 
 #: How long a read re-routes without progress before it gives up.
@@ -39,9 +39,10 @@ async def read_chunks(routing: JournalRouting, routed: Routed, target: Replica |
     while True:
         try:
             if isinstance(target, str):
-                chunks = _forwarded(routing, routed, target, pos, block, end)
+                assert routed.res is not None
+                chunks = forwarded_chunks(routing, routed.res, target, pos, block, end)
             else:
-                chunks = target.read(pos, block=block, end_offset=end)
+                chunks = replica_chunks(routing, target, pos, block=block, end=end)
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
                     pos, deadline, delay = chunk.end, 0.0, 0.05
@@ -53,8 +54,8 @@ async def read_chunks(routing: JournalRouting, routed: Routed, target: Replica |
             if isinstance(target, str) or target.closed == CLOSED_DELETED or \
                     routing.resolver is None:
                 raise
-        except (StatusError, ForwardFailed) as err:
-            if not isinstance(target, str) or not err.retriable:
+        except (StatusError, ForwardFailed) as err:  # forwarded, or a gap's read
+            if not err.retriable:
                 raise
         except _Moved:
             pass
@@ -74,23 +75,3 @@ async def read_chunks(routing: JournalRouting, routed: Routed, target: Replica |
                 if not err.retriable:
                     raise
             now = time.monotonic()
-
-
-async def _forwarded(routing: JournalRouting, routed: Routed, endpoint: str, pos: int,
-                     block: bool, end: int) -> AsyncGenerator[ReadChunk, None]:
-    """Chunks read through the broker at `endpoint` from `pos`, cut at `end`."""
-    assert routed.res is not None
-    request = pb.ReadRequest(journal=routed.journal, offset=pos, block=block, end_offset=end)
-    async with contextlib.aclosing(forward_read(routing.forwarding, endpoint, request,
-                                                routing.header(res=routed.res))) as parts:
-        async for part in parts:
-            meta, content = part.meta, part.content
-            if pos >= 0 and meta.offset < pos:  # never yield a byte twice
-                content = content[pos - meta.offset:]
-            at = max(meta.offset, pos)
-            if end and at + len(content) > end:
-                content = content[:end - at]
-            if content:
-                pos = at + len(content)
-                yield ReadChunk(at, content, fragment_from_pb(meta.fragment),
-                                meta.write_head)

@@ -9,7 +9,10 @@ it joined the journal's route late, say) is waited for by every read that meets 
 blocking or not, listing the stores again every second, until the content is
 persisted; only a read that waited `GAP_WAIT_SECONDS` in one gap gives it up (the
 content was never acknowledged and its holders are gone), skips it and says so in the
-log and ``gazette_broker_read_gaps_skipped_total``. Content that retention removed
+log and ``gazette_broker_read_gaps_skipped_total``. A read that may go elsewhere
+(``leave_gaps``) raises `InGap` instead of waiting, so that its caller reads the gap
+from the journal's primary (`gazette_broker.replica_reads`): the primary holds it, and
+it is persisted only once the primary's spool rolls. Content that retention removed
 (before the first fragment the stores hold) is skipped at once. A read of a journal
 whose replica closes (the journal was deleted, or moved away) ends with
 `JournalClosed`.
@@ -50,6 +53,14 @@ GAP_REFRESH_SECONDS = 1.0
 
 class ReadError(StatusError):
     """A read that cannot be served (yet)."""
+
+
+class InGap(Exception):
+    """A read (with ``leave_gaps``) met a gap: [offset, end) is held by peers only."""
+
+    def __init__(self, offset: int, end: int) -> None:
+        super().__init__(f"offsets [{offset}, {end}) are held by peers only")
+        self.offset, self.end = offset, end
 
 
 class ReadPart:
@@ -199,14 +210,15 @@ class ReadPart:
         last)."""
         return list(self.state.index.fragments())
 
-    async def read(self, offset: int, *, block: bool = False,
-                   end_offset: int = 0) -> AsyncGenerator[ReadChunk, None]:
+    async def read(self, offset: int, *, block: bool = False, end_offset: int = 0,
+                   leave_gaps: bool = False) -> AsyncGenerator[ReadChunk, None]:
         """Content from `offset` (-1: the write head) up to `end_offset` (0: no end),
         from the open spool, closed spools not yet persisted, or persisted fragments
         (fetched into a verified local cache: a corrupt one raises `CorruptFragment`).
         Without `block`, the read ends at the write head, and one that starts there
         raises `ReadError` OFFSET_NOT_YET_AVAILABLE; with it, it waits for new appends.
-        Raises `JournalClosed` once the replica closes."""
+        Raises `JournalClosed` once the replica closes; with `leave_gaps`, `InGap` at a
+        gap (unless this replica is the primary) instead of waiting there."""
         self._check_readable()
         served = False
         since = time.monotonic()  # when the read last made progress
@@ -214,7 +226,10 @@ class ReadPart:
             self._check_open()
             offset, frag, in_spool = self._locate(offset)
             if frag is None:
-                if self._in_gap(offset):  # blocking or not: the gap is content
+                gap = self._gap_at(offset)
+                if gap is not None and leave_gaps and not self.state.is_primary:
+                    raise InGap(offset, gap.end)
+                if gap is not None:  # blocking or not: the gap is content
                     await self._wait_in_gap(offset, since)
                     continue
                 if served and not block:

@@ -183,9 +183,10 @@ class Replica:
                         requests: AsyncIterator[ReplicateContent], reply: Reply) -> None:
         await self.as_peer.replicate(first, requests, reply)
 
-    def read(self, offset: int, *, block: bool = False,
-             end_offset: int = 0) -> AsyncGenerator[ReadChunk, None]:
-        return self.reads.read(offset, block=block, end_offset=end_offset)
+    def read(self, offset: int, *, block: bool = False, end_offset: int = 0,
+             leave_gaps: bool = False) -> AsyncGenerator[ReadChunk, None]:
+        return self.reads.read(offset, block=block, end_offset=end_offset,
+                               leave_gaps=leave_gaps)
 
     async def locate(self, offset: int, *, block: bool = False) -> tuple[int, Fragment]:
         return await self.reads.locate(offset, block=block)

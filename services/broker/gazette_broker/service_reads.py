@@ -24,9 +24,10 @@ from gazette.fragment import CorruptFragment, JournalClosed, fragment_to_pb
 from gazette.fragment.store import StoreError
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import ReadContent, duration_from_pb
-from gazette_broker.forward import FRAGMENTS_METHOD, READ_METHOD
-from gazette_broker.reads import ReadError
+from gazette_broker.errors import StatusError
+from gazette_broker.forward import FRAGMENTS_METHOD, READ_METHOD, ForwardFailed
 from gazette_broker.replica import Replica
+from gazette_broker.replica_reads import replica_chunks
 from gazette_broker.routing import JournalRouting, Refused
 from gazette_broker.service_routing import pinned, resolved
 
@@ -70,17 +71,19 @@ class ReadRpcs:
                 yield await self._read_metadata(replica, request)
                 return
             first = True
-            async with contextlib.aclosing(replica.read(
-                    request.offset, block=request.block,
-                    end_offset=request.end_offset)) as chunks:
+            async with contextlib.aclosing(replica_chunks(
+                    routing, replica, request.offset, block=request.block,
+                    end=request.end_offset, forward=not request.do_not_proxy)) as chunks:
                 async for chunk in chunks:
                     yield ReadContent(pb.ReadResponse(
                         status=pb.OK, header=self.routing.header() if first else None,
                         offset=chunk.offset, write_head=chunk.write_head,
                         fragment=fragment_to_pb(chunk.fragment)), chunk.content)
                     first = False
-        except ReadError as err:
+        except StatusError as err:  # the replica's refusal, or the primary's of a gap
             yield pb.ReadResponse(status=err.status.code, write_head=replica.write_head)
+        except ForwardFailed as err:  # a gap's read from the primary: the client retries
+            await context.abort(err.code, str(err))
         except ValidationError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except JournalClosed as err:

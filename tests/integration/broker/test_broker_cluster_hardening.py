@@ -4,6 +4,7 @@ the items of the hardening issue; the others were found by the hardening fault t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -20,7 +21,7 @@ from gazette.keyspace import Txn
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker import BrokerServer, pipeline, replica_state
+from gazette_broker import BrokerServer, pipeline, replica_reads, replica_state
 from tests.fixtures.broker import applied, broker_config, consistent, read_all
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import run_process
@@ -157,12 +158,11 @@ async def test_a_forwarded_append_cut_before_its_commit_says_nothing_was_written
     assert await read_all(primary, "cluster/r2") == b"committed\n"
 
 
-async def test_a_new_replica_serves_its_gap_once_peers_persist_it(
-    cluster: list[BrokerServer], tmp_path: Path,
-) -> None:
-    """Found by the fault test: a replica that joins a journal rolls past content only
-    its peers hold; a read there (even non-blocking) waits until they persist it,
-    instead of ending short (or, once the gap was old, skipping it)."""
+async def joined_past_a_gap(cluster: list[BrokerServer], tmp_path: Path, content: bytes
+                            ) -> tuple[BrokerServer, Path, Path]:
+    """cluster/r2 with `content` appended while its store was down (it stays down), then
+    a replica drained: a newcomer joins its route past content only its peers hold.
+    Returns the newcomer, and the store's path and where it was moved (to restore)."""
     store = tmp_path / "fragment-store"
     broken = tmp_path / "fragment-store.away"
     store.mkdir(exist_ok=True)
@@ -175,19 +175,61 @@ async def test_a_new_replica_serves_its_gap_once_peers_persist_it(
     store.rename(broken)
     store.write_text("the store is down\n")  # uploads fail meanwhile
     async with JournalClient(leaving.grpc_address) as client:
-        content = b"".join(b"record %d\n" % i for i in range(300))
         await client.append("cluster/r2", content)
     await leaving.stop()  # drained: the newcomer joins, past content it does not hold
     await eventually(lambda: consistent(newcomer, "cluster/r2", 2)
                      and newcomer.id in route_of(assignments_of(
                          newcomer.keyspace, newcomer.layout, "cluster/r2")).members,
                      "the newcomer joined", 30)
+    return newcomer, store, broken
+
+
+async def test_a_new_replica_serves_its_gap_once_peers_persist_it(
+    cluster: list[BrokerServer], tmp_path: Path,
+) -> None:
+    """Found by the fault test: a replica that joins a journal rolls past content only
+    its peers hold; a read there that must be served by it alone (``do_not_proxy``),
+    even non-blocking, waits until they persist it, instead of ending short (or, once
+    the gap was old, skipping it)."""
+    content = b"".join(b"record %d\n" % i for i in range(300))
+    newcomer, store, broken = await joined_past_a_gap(cluster, tmp_path, content)
     reader = asyncio.create_task(read_all(newcomer, "cluster/r2"))
     await asyncio.sleep(1.0)  # the read must still be waiting in the gap after a while
     assert not reader.done(), "a read in a gap ended before the gap was persisted"
     store.unlink()
     broken.rename(store)  # the store is back: the peers' uploads go through
     assert (await asyncio.wait_for(reader, 60)).startswith(content)
+
+
+async def test_a_read_through_a_new_replica_reads_its_gap_from_the_primary(
+    cluster: list[BrokerServer], tmp_path: Path,
+) -> None:
+    """Found by the consumer fault test: a consumer reading through a broker that had
+    just restarted waited in its replica's gap until the primary's spool rolled and
+    was persisted (up to a minute: the test timed out). A read that may be forwarded
+    reads the gap from the primary at once, and goes on from the replica after it."""
+    content = b"".join(b"record %d\n" % i for i in range(300))
+    newcomer, _, _ = await joined_past_a_gap(cluster, tmp_path, content)  # store down
+    before = replica_reads.GAPS_FORWARDED._value.get()
+    async with JournalClient(newcomer.grpc_address) as client:
+        async with asyncio.timeout(10):
+            assert b"".join([c.content async for c in client.read("cluster/r2")]) == content
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"{newcomer.http_url}/cluster/r2") as resp:
+            assert resp.status == 200
+            assert await resp.read() == content
+        # A blocking read from the start: the gap from the primary, then appends after it.
+        async with contextlib.aclosing(client.read("cluster/r2", block=True)) as chunks:
+            got = b""
+            async with asyncio.timeout(10):
+                async for chunk in chunks:
+                    got += chunk.content
+                    if got == content:
+                        await client.append("cluster/r2", b"after the gap\n")
+                    if got.endswith(b"after the gap\n"):
+                        break
+        assert got == content + b"after the gap\n"
+    assert replica_reads.GAPS_FORWARDED._value.get() >= before + 3
 
 
 async def test_a_peer_that_becomes_primary_persists_its_held_copies_at_once(
