@@ -63,7 +63,9 @@ async def replica_chunks(routing: JournalRouting, replica: Replica, offset: int,
                 async for chunk in chunks:
                     pos, served = chunk.end, True
                     yield chunk
-            pos = max(pos, gap.offset)  # a read of the primary ends at `stop`
+            # It ended at `stop`: past what the primary skipped too, if it gave up a
+            # gap of its own (else the gap here would be read from it again, for ever).
+            pos = max(pos, stop)
 
 
 def _primary_elsewhere(routing: JournalRouting, journal: str
