@@ -21,8 +21,14 @@ from gazette.keyspace import Txn
 from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
-from gazette_broker import BrokerServer, pipeline, replica_reads, replica_state
-from tests.fixtures.broker import applied, broker_config, consistent, read_all
+from gazette_broker import BrokerServer, pipeline, reads, replica_reads, replica_state
+from tests.fixtures.broker import (
+    applied,
+    broker_config,
+    consistent,
+    read_all,
+    started_broker,
+)
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import run_process
 from tests.fixtures.relay import Relay
@@ -230,6 +236,40 @@ async def test_a_read_through_a_new_replica_reads_its_gap_from_the_primary(
                         break
         assert got == content + b"after the gap\n"
     assert replica_reads.GAPS_FORWARDED._value.get() >= before + 3
+
+
+async def test_a_gap_the_primary_gave_up_too_is_read_past_once(
+    cluster: list[BrokerServer], tmp_path: Path, etcd_server: EmbeddedEtcd,
+    etcd_prefix: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the consumer fault test under a CPU hog: content that no live broker
+    holds (its holders stopped before a store took it) is a gap on the primary and on a
+    replica alike. A read through the replica read the gap from the primary, which gave
+    it up after `GAP_WAIT_SECONDS` and read on past it, and the replica then read the
+    same gap from it again, for ever. It goes on after the gap instead."""
+    monkeypatch.setattr(reads, "GAP_WAIT_SECONDS", 1.0)
+    content = b"".join(b"record %d\n" % i for i in range(300))
+    newcomer, _, _ = await joined_past_a_gap(cluster, tmp_path, content)  # store down
+    await primary_of(cluster, "cluster/r2").stop()  # the last holder of `content` goes
+    await eventually(lambda: primary_id(newcomer, "cluster/r2") == newcomer.id,
+                     "the newcomer leads, with a gap no live broker holds", 30)
+    async with started_broker(etcd_server, etcd_prefix, tmp_path, zone="zone-b",
+                              suffix="b3", spool_dir=tmp_path / "spools-3") as joiner:
+        await eventually(lambda: consistent(joiner, "cluster/r2", 2) and joiner.id in
+                         route_of(assignments_of(joiner.keyspace, joiner.layout,
+                                                 "cluster/r2")).members,
+                         "a fresh broker joined", 30)
+        async with JournalClient(newcomer.grpc_address) as client:
+            await client.append("cluster/r2", b"after the gap\n")
+        # Both hold the gap; the one that is not the primary reads it from the other.
+        reader = joiner if primary_id(joiner, "cluster/r2") != joiner.id else newcomer
+        before = replica_reads.GAPS_FORWARDED._value.get()
+        async with JournalClient(reader.grpc_address) as client:
+            async with asyncio.timeout(20):
+                chunks = [c async for c in client.read("cluster/r2")]
+        assert replica_reads.GAPS_FORWARDED._value.get() == before + 1
+    assert b"".join(c.content for c in chunks) == b"after the gap\n"
+    assert chunks[0].offset == len(content)  # the gap skipped, once
 
 
 async def test_a_peer_that_becomes_primary_persists_its_held_copies_at_once(
