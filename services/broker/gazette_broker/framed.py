@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, NoReturn
 
 import grpc
@@ -48,6 +48,12 @@ GOAWAYS = Counter("gazette_framed_goaways_total",
 
 #: Seconds a new connection gets to send its preface and HELLO.
 HELLO_SECONDS = 10.0
+#: Seconds a frame begun may go without a byte before the connection is ended (a
+#: slow-loris client; a connection idle between frames is kept).
+FRAME_STALL_SECONDS = 30.0
+#: A frame's body buffer starts at most this large and grows as its bytes arrive: what
+#: a connection holds is bounded by what it sent, not by the length it claimed.
+BODY_START = 128 << 10
 #: Appends read ahead of the one being served, per connection.
 DEFAULT_DEPTH = 64
 #: The socket's write buffer is drained past this many bytes of answers.
@@ -199,21 +205,27 @@ class FramedServer:
             return None
         try:
             if len(head) < frames.HEADER.size:
-                head += await reader.readexactly(frames.HEADER.size - len(head))
+                head += await _stalled(reader.readexactly(frames.HEADER.size - len(head)))
             kind, length, flags = frames.parse_header(head, self.max_body)
             if kind is not Kind.APPEND:
                 raise FrameError("frame.kind", f"a client sends APPEND, not {kind.name}")
-            body = bytearray(length)
-            view, got = memoryview(body), 0
+            body = bytearray(min(length, BODY_START))
+            got = 0
             while got < length:  # (straight into the buffer: no joins of chunks)
-                chunk = await reader.read(min(length - got, 1 << 20))
+                chunk = await _stalled(reader.read(min(length - got, 1 << 20)))
                 if not chunk:
                     raise asyncio.IncompleteReadError(b"", length)
-                view[got:got + len(chunk)] = chunk
+                if got + len(chunk) > len(body):  # (grown as bytes arrive: doubled)
+                    body.extend(bytes(min(length, max(2 * len(body), got + len(chunk)))
+                                      - len(body)))
+                body[got:got + len(chunk)] = chunk
                 got += len(chunk)
             return frames.parse_append(body, flags)
         except FrameError as err:
             return Refused(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except TimeoutError:
+            return Refused(grpc.StatusCode.DEADLINE_EXCEEDED, f"a frame sent no byte for "
+                           f"{FRAME_STALL_SECONDS:g} s")
 
     async def _work(self, queue: asyncio.Queue[frames.Append | Refused | None],
                     writer: asyncio.StreamWriter) -> None:
@@ -303,3 +315,9 @@ class FramedServer:
 
 async def _content(content: memoryview) -> AsyncIterator[memoryview]:
     yield content
+
+
+async def _stalled(read: Awaitable[bytes]) -> bytes:
+    """`read`, unless no byte comes for `FRAME_STALL_SECONDS` (`TimeoutError`)."""
+    async with asyncio.timeout(FRAME_STALL_SECONDS):
+        return await read

@@ -23,7 +23,7 @@ from gazette.local.etcd import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
 from gazette.protocol import frames, journal_changes_from_yaml
 from gazette.protocol.frames import Kind
-from gazette_broker import BrokerServer
+from gazette_broker import BrokerServer, framed
 from tests.fixtures.broker import started_broker
 from tests.fixtures.security import ClusterSecurity, token
 
@@ -176,6 +176,47 @@ async def test_a_huge_length_is_refused_without_reading_it(broker: BrokerServer)
         assert kind is Kind.GOAWAY and "limit" in frames.parse_refusal(body)[1]
     finally:
         writer.close()
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_lying_lengths_hold_what_was_sent_and_stalled_frames_are_cut(
+        broker: BrokerServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found writing the data path's hostile-input cases: a frame's body buffer was
+    allocated at the length its header claimed, so 100 connections each claiming
+    16 MiB and sending 10 bytes held 1.6 GiB, and kept it for as long as they stayed
+    silent. The buffer grows as bytes arrive, and a frame begun that sends no byte for
+    `FRAME_STALL_SECONDS` ends its connection (GOAWAY, DEADLINE_EXCEEDED)."""
+    monkeypatch.setattr(framed, "FRAME_STALL_SECONDS", 2.0)
+    lie = frames.HEADER.pack(frames.DEFAULT_MAX_BODY, Kind.APPEND, 0) + b"0123456789"
+    before = _rss_mib()
+    conns = [await raw(broker) for _ in range(100)]
+    try:
+        for _, writer in conns:
+            writer.write(frames.hello("") + lie)
+        for reader, _ in conns:
+            assert (await frame(reader))[0] is Kind.READY
+        await asyncio.sleep(0.5)  # (all of them claimed, and wait mid-frame)
+        assert _rss_mib() - before < 100, "lying lengths were allocated"
+        for reader, _ in conns:
+            kind, body = await asyncio.wait_for(frame(reader), 10)
+            code, detail = frames.parse_refusal(body)
+            assert kind is Kind.GOAWAY and code == 4 and "no byte" in detail  # DEADLINE
+            assert await reader.read() == b""
+    finally:
+        for _, writer in conns:
+            writer.close()
+    async with JournalClient(broker.grpc_address) as client:  # serving on
+        await client.append(JOURNAL, b"first\n")  # (learns the data endpoint)
+        big = bytes(range(256)) * 8192  # 2 MiB: its buffer grows as it arrives
+        result = await client.append(JOURNAL, big)
+        assert result.commit.sha1 == NO_SHA1  # (made on the data path)
+        assert (await read_all(client, result.commit.end))[-len(big):] == big
 
 
 async def test_an_unreachable_data_endpoint_falls_back_to_grpc(broker: BrokerServer) -> None:
