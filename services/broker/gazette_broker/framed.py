@@ -51,8 +51,8 @@ HELLO_SECONDS = 10.0
 #: Seconds a frame begun may go without a byte before the connection is ended (a
 #: slow-loris client; a connection idle between frames is kept).
 FRAME_STALL_SECONDS = 30.0
-#: A frame's body buffer starts at most this large and grows as its bytes arrive: what
-#: a connection holds is bounded by what it sent, not by the length it claimed.
+#: A frame's body buffer is this large at first, and takes the length its header
+#: claimed only once the client sent that much (a lying length holds little).
 BODY_START = 128 << 10
 #: Appends read ahead of the one being served, per connection.
 DEFAULT_DEPTH = 64
@@ -209,15 +209,18 @@ class FramedServer:
             kind, length, flags = frames.parse_header(head, self.max_body)
             if kind is not Kind.APPEND:
                 raise FrameError("frame.kind", f"a client sends APPEND, not {kind.name}")
+            # Straight into the buffer (no joins of chunks), taken whole only once the
+            # client sent its first `BODY_START` bytes.
             body = bytearray(min(length, BODY_START))
             got = 0
-            while got < length:  # (straight into the buffer: no joins of chunks)
-                chunk = await _stalled(reader.read(min(length - got, 1 << 20)))
+            while got < length:
+                if got == len(body):
+                    whole = bytearray(length)
+                    whole[:got] = body
+                    body = whole
+                chunk = await _stalled(reader.read(min(len(body) - got, 1 << 20)))
                 if not chunk:
                     raise asyncio.IncompleteReadError(b"", length)
-                if got + len(chunk) > len(body):  # (grown as bytes arrive: doubled)
-                    body.extend(bytes(min(length, max(2 * len(body), got + len(chunk)))
-                                      - len(body)))
                 body[got:got + len(chunk)] = chunk
                 got += len(chunk)
             return frames.parse_append(body, flags)
