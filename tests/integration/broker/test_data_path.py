@@ -190,8 +190,9 @@ async def test_lying_lengths_hold_what_was_sent_and_stalled_frames_are_cut(
     """Found writing the data path's hostile-input cases: a frame's body buffer was
     allocated at the length its header claimed, so 100 connections each claiming
     16 MiB and sending 10 bytes held 1.6 GiB, and kept it for as long as they stayed
-    silent. The buffer grows as bytes arrive, and a frame begun that sends no byte for
-    `FRAME_STALL_SECONDS` ends its connection (GOAWAY, DEADLINE_EXCEEDED)."""
+    silent. The buffer takes the claimed length only once `BODY_START` bytes arrived,
+    and a frame begun that sends no byte for `FRAME_STALL_SECONDS` ends its connection
+    (GOAWAY, DEADLINE_EXCEEDED)."""
     monkeypatch.setattr(framed, "FRAME_STALL_SECONDS", 2.0)
     lie = frames.HEADER.pack(frames.DEFAULT_MAX_BODY, Kind.APPEND, 0) + b"0123456789"
     before = _rss_mib()
@@ -213,7 +214,7 @@ async def test_lying_lengths_hold_what_was_sent_and_stalled_frames_are_cut(
             writer.close()
     async with JournalClient(broker.grpc_address) as client:  # serving on
         await client.append(JOURNAL, b"first\n")  # (learns the data endpoint)
-        big = bytes(range(256)) * 8192  # 2 MiB: its buffer grows as it arrives
+        big = bytes(range(256)) * 8192  # 2 MiB: past the first buffer
         result = await client.append(JOURNAL, big)
         assert result.commit.sha1 == NO_SHA1  # (made on the data path)
         assert (await read_all(client, result.commit.end))[-len(big):] == big
