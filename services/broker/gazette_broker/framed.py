@@ -229,6 +229,9 @@ class FramedServer:
         except TimeoutError:
             return Refused(grpc.StatusCode.DEADLINE_EXCEEDED, f"a frame sent no byte for "
                            f"{FRAME_STALL_SECONDS:g} s")
+        except asyncio.IncompleteReadError:  # (the appends before it are answered)
+            return Refused(grpc.StatusCode.INVALID_ARGUMENT, "the connection ended inside "
+                           "a frame")
 
     async def _work(self, queue: asyncio.Queue[frames.Append | Refused | None],
                     writer: asyncio.StreamWriter) -> None:
