@@ -273,10 +273,19 @@ class Load:
         queue = self.driver.appender.queue
         lines = [f"appends in flight: {queue._inflight}, pending bytes: {queue.pending_bytes}"]
         for task in asyncio.all_tasks():
-            frames = task.get_stack(limit=20)
-            where = [f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_code.co_name}:"
-                     f"{f.f_lineno}" for f in frames]
-            if any("gazette" in f.f_code.co_filename for f in frames):
+            where, gazette = [], False
+            coro: Any = task.get_coro()
+            while coro is not None and len(where) < 30:  # (the chain of awaits, inward)
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+                if frame is None:
+                    where.append(type(coro).__name__)
+                    break
+                code = frame.f_code
+                gazette = gazette or "gazette" in code.co_filename
+                where.append(f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}:"
+                             f"{frame.f_lineno}")
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+            if gazette:
                 lines.append(f"task {task.get_name()}: " + " > ".join(where))
         return "\n".join(lines)
 
