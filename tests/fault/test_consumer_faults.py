@@ -48,7 +48,7 @@ async def test_sql_sums_exact_through_member_etcd_and_broker_faults(
                    (("m0", "zone-a"), ("m1", "zone-a"), ("m2", "zone-b"))]
         await eventually(lambda: len(cluster.primaries()) == 4, "every shard runs", 40)
         retry = RetryPolicy(attempts=100, initial_delay=0.05, max_delay=0.5)
-        async with JournalClient(cluster.target, retry=retry,
+        async with JournalClient(cluster.target, retry=retry, timeout=10,
                                  auth=cluster.security.client()) as client, \
                 Driver(client, seed=7) as driver, Load(driver, cluster) as load:
             await load.progress()
@@ -130,7 +130,7 @@ async def test_json_sums_exact_through_a_member_killed_again_and_again(
         member = cluster.member("m0", env)
         await eventually(lambda: len(cluster.primaries()) == 4, "every shard runs", 40)
         retry = RetryPolicy(attempts=100, initial_delay=0.05, max_delay=0.5)
-        async with JournalClient(cluster.target, retry=retry,
+        async with JournalClient(cluster.target, retry=retry, timeout=10,
                                  auth=cluster.security.client()) as client, \
                 Driver(client, seed=8) as driver, Load(driver, cluster) as load:
             await load.progress()

@@ -286,7 +286,10 @@ class Appends:
         if (len(messages) == 1 and self._whole_appends and appender.channel.get_state()
                 is grpc.ChannelConnectivity.READY):
             try:
-                return await appender.whole(WholeAppend(first, messages[0]))
+                # Bounded like any unary call: one that neither starts nor fails (seen
+                # after a broker's SIGKILL, no broker holding it) ends in doubt.
+                return await appender.whole(WholeAppend(first, messages[0]),
+                                            timeout=self._connection.timeout)
             except grpc.aio.AioRpcError as err:
                 if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
                     raise _AttemptFailed(err, committing=True) from err

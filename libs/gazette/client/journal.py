@@ -67,8 +67,9 @@ class JournalClient:
 
     `address` is ``host:port``, ``http://host:port`` or ``grpc://host:port``, or a gRPC
     target such as ``unix:/path``. `retry` governs retries of transport failures;
-    `timeout` bounds each unary request (listings, applies, metadata reads; not appends
-    and reads, which may stream for long); `channel_options` are added to (and override)
+    `timeout` bounds each unary request (listings, applies, metadata reads, appends that
+    fit one message: one that times out is in doubt; not streamed appends and reads,
+    which may take long); `channel_options` are added to (and override)
     the client's gRPC channel options; `auth` (a `gazette.auth.ClientAuth`) gives TLS
     files and the bearer token each call presents. Safe to share between tasks of one
     event loop.
