@@ -68,6 +68,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import uvloop
+from bench_broker import TUNABLES  # type: ignore[import-not-found]
 from scale_bench import bench_scale, run_with_etcd  # type: ignore[import-not-found]
 
 from gazette.allocator import assignments_of, route_of
@@ -84,7 +85,6 @@ APPEND_VOLUME = 512 * MiB
 SMALL_RATE, SMALL_SECONDS, SMALL_RUNS = 1000, 5, 3
 TAIL_BACKLOG, TAIL_STEP_SECONDS, TAIL_RUNS = 256 * MiB, 2.0, 5
 FRAGMENT_VOLUME = 256 * MiB
-TUNABLES = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 
 #: 64 MiB uncompressed fragments in the file store, rolled only by length.
 FRAGMENT_YAML = """fragment:

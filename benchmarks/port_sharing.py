@@ -46,6 +46,7 @@ from typing import cast
 import aiohttp
 import grpc
 import uvloop
+from bench_broker import TUNABLES  # type: ignore[import-not-found]
 
 from gazette.local import EmbeddedEtcd
 from gazette.pb import broker_pb2 as pb
@@ -63,7 +64,6 @@ replication: 1
 fragment: {{length: 268435456, compression_codec: NONE, flush_interval: 0s,
             refresh_interval: 1h}}
 """
-TUNABLES = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 #: The HTTP/2 client connection preface: a gRPC client's first bytes.
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #: Bytes a relay side buffers for its peer before it stops reading from the other.

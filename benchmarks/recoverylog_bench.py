@@ -49,7 +49,9 @@ broker's default is: ``DATA_PATH=1`` turns it on, and the recorder's appends tak
   hand-off (how long processing paused: the old primary works until its successor is
   ready).
 
-Prints progress on stderr and one JSON object as the last line. ``--only
+Runs itself (and the broker) with ``GLIBC_TUNABLES`` as the Makefile and the container
+image set it (`bench_broker.TUNABLES`): the plain baseline, the recorded store and the
+broker all as deployed. Prints progress on stderr and one JSON object as the last line. ``--only
 handoff,cold_start`` runs some of the parts (all by default: playback, overhead, bound,
 cold_start, handoff); ``ROUNDS=1`` one round of the overhead.
 """
@@ -73,7 +75,7 @@ from typing import Any
 
 import apsw
 import uvloop
-from bench_broker import serving_broker  # type: ignore[import-not-found]
+from bench_broker import serving_broker, with_tunables  # type: ignore[import-not-found]
 
 from gazette.client import JournalClient
 from gazette.consumer import Checkpoint
@@ -529,6 +531,7 @@ def wanted(part: str) -> bool:
 
 
 def main() -> None:
+    with_tunables()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gz-recoverylog-bench-") as tmp:
         workdir = Path(tmp)

@@ -83,6 +83,7 @@ from typing import Any, BinaryIO
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import uvloop
+from bench_broker import TUNABLES  # type: ignore[import-not-found]
 
 from gazette.allocator import assignments_from, route_of
 from gazette.client import BrokerError, JournalClient, RetryPolicy
@@ -111,7 +112,6 @@ IDLE_WINDOW = 10.0
 EVENTS_TAIL_TIMEOUT = 600.0
 BROKER_LIMIT = 10_000
 ZONES = ("zone-a", "zone-a", "zone-b")
-TUNABLES = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 #: What the specs share: a file store, and no periodic store listing within a run.
 FRAGMENT_YAML = """fragment:
   stores: ["file:///"]
