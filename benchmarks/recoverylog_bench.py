@@ -53,7 +53,8 @@ Runs itself (and the broker) with ``GLIBC_TUNABLES`` as the Makefile and the con
 image set it (`bench_broker.TUNABLES`): the plain baseline, the recorded store and the
 broker all as deployed. Prints progress on stderr and one JSON object as the last line. ``--only
 handoff,cold_start`` runs some of the parts (all by default: playback, overhead, bound,
-cold_start, handoff); ``ROUNDS=1`` one round of the overhead.
+cold_start, handoff); ``ROUNDS=1`` one round of the overhead; ``WORKLOADS=sequential``
+one of its workloads.
 """
 
 from __future__ import annotations
@@ -421,7 +422,7 @@ async def run(etcd: EmbeddedEtcd, workdir: Path) -> dict[str, Any]:
             await settle(client, "bench/playback", workdir / "store")
         if wanted("overhead"):
             result["sqlite_rows_per_txn"] = TXN_ROWS
-            for workload in ("random", "sequential"):
+            for workload in os.environ.get("WORKLOADS", "random,sequential").split(","):
                 result.update(await bench_overhead(client, workdir, workload))
         if wanted("bound"):
             result.update(await bench_log_bound(client, workdir))
