@@ -13,7 +13,9 @@ the Append capability as a call would be), READY; then APPEND frames, read up to
 `depth` ahead of the one being served (the socket is not read further meanwhile: the
 client's writes wait), each answered APPENDED or FAILED in order; one flagged CHAINED
 is refused (ABORTED) unless the one before it committed. A malformed frame gets GOAWAY
-once the appends before it are answered.
+once the appends before it are answered; the broker then reads and drops what the
+client still sends for a while before it closes (a close with bytes unread resets the
+connection, and the client could lose the GOAWAY).
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ BODY_START = 128 << 10
 DEFAULT_DEPTH = 64
 #: The socket's write buffer is drained past this many bytes of answers.
 WRITE_HIGH = 256 << 10
+#: After a GOAWAY, what the client still sends is read and dropped for up to this long
+#: and this many bytes before the connection closes: closed with bytes unread, it would
+#: be reset, and the client could lose the GOAWAY (and the answers before it).
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 16 << 20
 
 
 class Refused(Exception):
@@ -131,7 +138,8 @@ class FramedServer:
         self._connections.add(task)
         CONNECTIONS.inc()
         try:
-            await self._serve(reader, writer)
+            if await self._serve(reader, writer):
+                await _linger(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as err:
             log.debug("data path: a connection ended: %s", err)
         except asyncio.CancelledError:
@@ -144,7 +152,8 @@ class FramedServer:
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                     ) -> None:
+                     ) -> bool:
+        """Serve the connection; whether it ended with a GOAWAY."""
         if self.rpcs is None:
             return self._goaway(writer, grpc.StatusCode.UNAVAILABLE, "the broker is starting")
         try:
@@ -165,6 +174,7 @@ class FramedServer:
         writer.write(frames.ready(self.max_body))
         queue: asyncio.Queue[frames.Append | Refused | None] = asyncio.Queue(self.depth)
         worker = asyncio.create_task(self._work(queue, writer))
+        refused = False
         try:
             try:
                 while True:
@@ -173,6 +183,7 @@ class FramedServer:
                         break
                     await queue.put(item)
                     if isinstance(item, Refused):
+                        refused = True
                         break
             except asyncio.CancelledError:
                 # The broker stops: no more is read, what was read is answered first (a
@@ -181,6 +192,7 @@ class FramedServer:
                     raise
             await queue.put(None)
             await worker
+            return refused
         finally:
             if not worker.done():
                 worker.cancel()
@@ -313,10 +325,25 @@ class FramedServer:
         return response
 
     def _goaway(self, writer: asyncio.StreamWriter, code: grpc.StatusCode,
-                detail: str) -> None:
+                detail: str) -> bool:
         GOAWAYS.labels(code.name).inc()
         log.info("data path: ending a connection (%s: %s)", code.name, detail)
         writer.write(frames.refusal(Kind.GOAWAY, _code(code), detail))
+        return True
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a GOAWAY: the broker's side closed (where the transport can say so), then
+    what the client still sends read and dropped until it stops, `LINGER_SECONDS` or
+    `LINGER_BYTES`, so that closing does not reset the connection."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+            left = LINGER_BYTES
+            while left > 0 and (chunk := await reader.read(min(left, 1 << 16))):
+                left -= len(chunk)
 
 
 async def _content(content: memoryview) -> AsyncIterator[memoryview]:

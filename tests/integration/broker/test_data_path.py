@@ -385,3 +385,27 @@ async def test_appends_with_offsets_out_of_order_on_one_connection(broker: Broke
         writer.close()
     async with JournalClient(broker.grpc_address) as client:
         assert await read_all(client, 18) == b"first\nsecnd\nthird\n"
+
+
+async def test_a_client_sending_past_a_goaway_still_reads_it(broker: BrokerServer) -> None:
+    """The broker closes a connection it refused only after the client stopped sending
+    (or a bound): closing with unread bytes would reset the connection, and the client
+    could lose the GOAWAY that says why, and the answers before it."""
+    reader, writer = await raw(broker)
+    try:
+        writer.write(frames.hello("") + append_frame(JOURNAL, b"kept\n")
+                     + frames.header(Kind.READY, 0))  # a client sends no READY
+        assert (await frame(reader))[0] is Kind.READY
+        assert (await frame(reader))[0] is Kind.APPENDED
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):  # 4 MiB more, after the GOAWAY was sent
+                writer.write(b"\0" * (64 << 10))
+                await writer.drain()
+                sent += 64 << 10
+        kind, body = await frame(reader)
+        assert kind is Kind.GOAWAY and "APPEND, not READY" in frames.parse_refusal(body)[1]
+        assert sent == 4 << 20  # (all of it read and dropped, none refused by a reset)
+        assert await reader.read() == b""  # then closed, not reset
+    finally:
+        writer.close()

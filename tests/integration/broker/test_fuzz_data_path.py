@@ -11,7 +11,8 @@ wire suite's summary lines (``fuzz <case>: N inputs, M served wrongly``), agains
    append after one that did not commit, then GOAWAY INVALID_ARGUMENT at the first
    malformed frame (or a frame the connection ended inside), and nothing after it.
    Served wrongly: any other answer, a missing or extra one, no end within the
-   deadline; and afterwards, a journal byte that is not exactly what an APPENDED
+   deadline, a connection reset rather than closed (a reset can lose the answers: the
+   broker reads and drops what follows a GOAWAY before it closes); and afterwards, a journal byte that is not exactly what an APPENDED
    answer said it committed where it said.
 2. `data-flood`: 10,000 appends of 4 KiB (40 MB) pipelined on one connection by a
    client that reads no answer meanwhile (a small receive buffer): the broker reads
@@ -234,6 +235,8 @@ def judge(inp: Input, got: Answers, max_body: int, committed: list[Committed]) -
     committed go to `committed`."""
     if got.error:
         return got.error
+    if got.reset:  # (the broker lingers after a GOAWAY: a reset could lose it)
+        return f"the connection was reset, not closed ({got.reset})"
     answers = collections.deque(got.frames)
     if inp.opening != frames.hello(""):
         # A mutated opening: GOAWAY, or a plain close if the HELLO never completed;
