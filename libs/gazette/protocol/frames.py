@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from dataclasses import dataclass
 
 from gazette.errors import ValidationError
 from gazette.pb import broker_pb2 as pb
+from gazette.protocol.crc import crc32
 
 #: What a client sends first: the protocol's name and version.
 PREFACE = b"GAZETTE-FRAMES/1\r\n"
@@ -123,7 +123,7 @@ def append_parts(request: pb.AppendRequest, content: list[bytes | bytearray | me
     meta = request.SerializeToString()
     crc = 0
     for part in content:
-        crc = zlib.crc32(part, crc)
+        crc = crc32(part, crc)
     length = _U32.size + len(meta) + _U32.size + size
     return [header(Kind.APPEND, length, CHAINED if chained else 0) + _U32.pack(len(meta))
             + meta + _U32.pack(crc),
@@ -140,7 +140,7 @@ class Append:
     def check(self) -> None:
         """`FrameError`-free: a ValidationError naming the content if its CRC-32 does not
         match what the client summed (it changed on the way: nothing is appended)."""
-        actual = zlib.crc32(self.content)
+        actual = crc32(self.content, 0)
         if actual != self.crc:
             raise ValidationError("content", f"its CRC-32 is {actual:08x}, the client "
                                   f"sent {self.crc:08x}: it changed on the way")

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from dataclasses import dataclass
 from types import ModuleType
 
 import cramjam
 
 from gazette.errors import GazetteError
+from gazette.protocol.crc import crc32
 
 _np: ModuleType | None
 try:  # (XOR of patches: numpy if it is there, 40 times faster than Python's ints)
@@ -129,7 +129,7 @@ def _framed(kind: Kind, seq_no: int, checksum: int, author: int, fnode: int, off
         raise ValueError(f"only a write or copy carries data, not {kind.name}")
     head = _HEADER.pack(MAGIC, VERSION, kind, 0, seq_no, checksum, author, fnode, offset,
                         length, len(raw_path))
-    crc = zlib.crc32(data, zlib.crc32(raw_path, zlib.crc32(head[8:])))
+    crc = crc32(data, crc32(raw_path, crc32(head[8:], 0)))
     return b"".join((head[:4], crc.to_bytes(4, "little"), head[8:])), raw_path, crc
 
 
@@ -259,7 +259,7 @@ def xor(a: bytes | bytearray | memoryview, b: bytes | bytearray | memoryview) ->
 
 def chain(checksum: int, crc: int) -> int:
     """The lineage's checksum after an operation whose frame has `crc`."""
-    return zlib.crc32(crc.to_bytes(4, "little"), checksum)
+    return crc32(crc.to_bytes(4, "little"), checksum)
 
 
 class Decoder:
@@ -315,7 +315,7 @@ class Decoder:
         with memoryview(buf) as view:
             frame = view[pos:pos + size]
             try:
-                if zlib.crc32(frame[8:]) != crc:
+                if crc32(frame[8:], 0) != crc:
                     raise CorruptLog(self.log, at, "checksum mismatch (a torn or damaged "
                                      "frame)")
                 try:

@@ -312,7 +312,7 @@ class FramedServer:
 
     async def _append(self, append: frames.Append) -> pb.AppendResponse:
         try:
-            if len(append.content) >= 1 << 20:  # (zlib leaves the GIL: off the loop)
+            if len(append.content) >= 1 << 20:  # (the CRC leaves the GIL: off the loop)
                 await asyncio.to_thread(append.check)
             else:
                 append.check()

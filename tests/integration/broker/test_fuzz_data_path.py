@@ -12,8 +12,9 @@ wire suite's summary lines (``fuzz <case>: N inputs, M served wrongly``), agains
    malformed frame (or a frame the connection ended inside), and nothing after it.
    Served wrongly: any other answer, a missing or extra one, no end within the
    deadline, a connection reset rather than closed (a reset can lose the answers: the
-   broker reads and drops what follows a GOAWAY before it closes); and afterwards, a journal byte that is not exactly what an APPENDED
-   answer said it committed where it said.
+   broker reads and drops what follows a GOAWAY before it closes); and afterwards, a
+   journal byte that is not exactly what an APPENDED answer said it committed where it
+   said.
 2. `data-flood`: 10,000 appends of 4 KiB (40 MB) pipelined on one connection by a
    client that reads no answer meanwhile (a small receive buffer): the broker reads
    ahead only a bounded number of appends, so its memory stays bounded; once read,
