@@ -237,9 +237,11 @@ async def test_two_members_racing_to_take_fresh_shards_keep_sums_exact(
                     out[name] = ReplicaStatus.decode(kv.value)
             return out
 
+        seen: dict[str, dict[str, ReplicaStatus]] = {}  # (the last look, if it times out)
+
         async def one_fenced_each() -> bool:
             for shard in SHARDS:
-                found = await states(shard)
+                found = seen[shard] = await states(shard)
                 if sorted(st.state for st in found.values()) != [
                         ReplicaState.PRIMARY, ReplicaState.FAILED] or not any(
                         "fenced out" in st.error for st in found.values()):
@@ -251,8 +253,13 @@ async def test_two_members_racing_to_take_fresh_shards_keep_sums_exact(
                                  auth=cluster.security.client()) as client, \
                 Driver(client, seed=13) as driver, Load(driver, cluster) as load:
             await load.progress()
-            await eventually(one_fenced_each, "each shard's loser fenced out at its first "
-                             "commit, its winner primary", 30)
+            try:
+                await eventually(one_fenced_each, "each shard's loser fenced out at its "
+                                 "first commit, its winner primary", 30)
+            except AssertionError as err:
+                looks = {shard: {m: (st.state.name, st.error[:200]) for m, st in found.items()}
+                         for shard, found in seen.items()}
+                raise AssertionError(f"{err}; last seen: {looks}") from None
             cluster.faults.append("two members took every fresh shard")
 
             lease = cluster.lease_of(first)

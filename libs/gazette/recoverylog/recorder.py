@@ -387,20 +387,24 @@ class Recorder:
                     self._settle()
         sealed.ready = True
         self._pump()
-        try:
-            await asyncio.shield(sealed.landed)
-        except GazetteError as err:
-            status = getattr(err, "status", "")
-            if status in (Status.REGISTER_MISMATCH, Status.WRONG_APPEND_OFFSET):
-                raise RecorderFenced(f"recovery log {self.log} was taken over by "
-                                     f"another writer ({status}): this one is fenced "
-                                     "out") from err
-            raise
+        await asyncio.shield(sealed.landed)
         return sealed.hints
 
     async def commit(self, *, hints: bool = False) -> Hints | None:
         """Seal what was recorded so far and land it (`seal`, `land`)."""
         return await self.land(self.seal(hints=hints))
+
+    def _fenced(self, err: BaseException) -> BaseException:
+        """An append's failure as the recorder keeps it: a refusal that means another
+        writer took the log over said so (what every later commit and seal raises too,
+        whichever of them surfaces first)."""
+        status = getattr(err, "status", "")
+        if status in (Status.REGISTER_MISMATCH, Status.WRONG_APPEND_OFFSET):
+            fenced = RecorderFenced(f"recovery log {self.log} was taken over by another "
+                                    f"writer ({status}): this one is fenced out")
+            fenced.__cause__ = err
+            return fenced
+        return err
 
     def _raise_failed(self) -> None:
         if self.failed is not None:
@@ -450,7 +454,7 @@ class Recorder:
                 raise GazetteError(f"recovery log {self.log}: commit at "
                                    f"{result.commit.begin}, not {offset}")
         except BaseException as err:
-            failure: BaseException = err
+            failure: BaseException = self._fenced(err)
             if isinstance(err, asyncio.CancelledError):
                 failure = RecorderFenced(f"recovery log {self.log}: an append was "
                                          "cancelled")

@@ -134,7 +134,7 @@ async def test_a_successor_fences_the_old_recorder_out(
     old_files.write("db", 0, b"zombie")  # a zombie's commit is refused
     with pytest.raises(RecorderFenced, match="taken over"):
         await old.commit()
-    with pytest.raises(RecorderFenced):
+    with pytest.raises(RecorderFenced, match=r"taken over.*fenced out"):
         old_files.write("db", 0, b"again")
 
     new_files = Files(tmp_path / "new", new)
@@ -142,6 +142,27 @@ async def test_a_successor_fences_the_old_recorder_out(
     await new.commit()
     await replay(client, "logs/two", tmp_path / "check", new.hints())
     assert (tmp_path / "check" / "db").read_bytes() == b"onetwo"
+
+
+async def test_every_error_after_a_fenced_append_says_it_was_fenced(
+        client: JournalClient, tmp_path: Path) -> None:
+    """A store with commits under way that learns of its fencing from the next seal
+    (before the failed commit's land raised) is told the same: another writer took the
+    log over (a shard's status shows that error, found by the racing fault test)."""
+    old = await Player(client, "logs/three", tmp_path / "old").handoff(author=0x31)
+    old_files = Files(tmp_path / "old", old)
+    old_files.write("db", 0, b"one")
+    await old.commit()
+    await Player(client, "logs/three", tmp_path / "new", old.hints()).handoff(author=0x32)
+    old_files.write("db", 0, b"zombie")
+    first = asyncio.ensure_future(old.land(old.seal()))
+    await asyncio.wait({first})  # (its append refused; nobody awaited its error yet)
+    with pytest.raises(RecorderFenced, match=r"taken over by another writer .*fenced out"):
+        old_files.write("db", 0, b"more")
+    with pytest.raises(RecorderFenced, match=r"taken over by another writer .*fenced out"):
+        old.seal()
+    with pytest.raises(RecorderFenced, match=r"taken over by another writer .*fenced out"):
+        await first
 
 
 async def test_what_is_recorded_while_a_commit_is_under_way_commits_next(
