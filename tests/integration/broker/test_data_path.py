@@ -26,6 +26,7 @@ from gazette.protocol.frames import Kind
 from gazette_broker import BrokerServer, framed
 from tests.fixtures.broker import started_broker
 from tests.fixtures.security import ClusterSecurity, token
+from tests.fixtures.wire import append_frame
 
 pytestmark = pytest.mark.integration
 
@@ -67,13 +68,6 @@ async def frame(reader: asyncio.StreamReader) -> tuple[Kind, bytes]:
     kind, length, _ = frames.parse_header(await reader.readexactly(frames.HEADER.size),
                                           1 << 30)
     return kind, await reader.readexactly(length)
-
-
-def append_frame(journal: str, content: bytes, offset: int = 0, chained: bool = False
-                 ) -> bytes:
-    parts = frames.append_parts(pb.AppendRequest(journal=journal, offset=offset),
-                                [content], len(content), chained=chained)
-    return b"".join(bytes(p) for p in parts)
 
 
 async def test_the_member_spec_advertises_the_data_endpoint(broker: BrokerServer) -> None:

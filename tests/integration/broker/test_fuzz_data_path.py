@@ -48,7 +48,7 @@ from gazette.protocol import frames
 from gazette.protocol.frames import FrameError, Kind
 from tests.fixtures.fuzz import DEADLINE, mutate, watched
 from tests.fixtures.procs import free_port
-from tests.fixtures.wire import BrokerProcess, broker_process, raise_fd_limit
+from tests.fixtures.wire import BrokerProcess, append_frame, broker_process, raise_fd_limit
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,7 @@ async def still_serving(broker: DataBroker) -> float:
                 begin = r.headers["X-Gazette-Commit-Begin"]
             async with http.get(f"{url}?offset={begin}&block=false") as r:
                 assert r.status == 200 and await r.read() == line
-        answers = await converse(broker, frames.hello(""), valid_append(CHECK, line))
+        answers = await converse(broker, frames.hello(""), append_frame(CHECK, line))
         assert [k for k, _ in answers.frames] == [Kind.READY, Kind.APPENDED], answers
     return time.monotonic() - start
 
@@ -160,12 +160,6 @@ async def converse(broker: DataBroker, opening: bytes, stream: bytes,
     return out
 
 
-def valid_append(journal: str, content: bytes, chained: bool = False) -> bytes:
-    parts = frames.append_parts(pb.AppendRequest(journal=journal), [content], len(content),
-                                chained=chained)
-    return b"".join(bytes(p) for p in parts)
-
-
 # -- 1. malformed and mutated streams ------------------------------------------------------
 
 
@@ -181,7 +175,7 @@ def generate(rnd: random.Random, n: int) -> list[Input]:
     128 KiB), most then mutated once."""
     out: list[Input] = []
     for _ in range(n):
-        parts = [valid_append(JOURNAL, rnd.randbytes(rnd.choice([1, 17, 900, 4096, 200_000])),
+        parts = [append_frame(JOURNAL, rnd.randbytes(rnd.choice([1, 17, 900, 4096, 200_000])),
                               chained=rnd.random() < 0.3)
                  for _ in range(rnd.randint(1, 4))]
         opening, stream, how = frames.hello(""), b"".join(parts), "valid"
@@ -416,7 +410,7 @@ async def test_a_flood_of_pipelined_appends_read_late(broker: DataBroker,
             async def send() -> None:
                 nonlocal sent
                 for line in lines:
-                    writer.write(valid_append(JOURNAL, line, chained=True))
+                    writer.write(append_frame(JOURNAL, line, chained=True))
                     sent += 1
                     if sent % 500 == 0:
                         await writer.drain()  # (blocks once the broker stops reading)
@@ -477,7 +471,7 @@ async def test_idle_data_connections(broker: DataBroker, report: Callable[..., N
                 await asyncio.gather(*(open_one() for _ in range(IDLE)))
             growth = broker.process.rss_mib() - info["rss"]
             started = time.monotonic()
-            got = await converse(broker, frames.hello(""), valid_append(JOURNAL, b"meanwhile\n"))
+            got = await converse(broker, frames.hello(""), append_frame(JOURNAL, b"meanwhile\n"))
             took = time.monotonic() - started
             if [k for k, _ in got.frames] != [Kind.READY, Kind.APPENDED]:
                 wrong.append(f"a normal append meanwhile: {got}")
@@ -494,7 +488,7 @@ async def test_idle_data_connections(broker: DataBroker, report: Callable[..., N
 
 def test_the_oracle_refuses_what_it_should() -> None:
     """The judge itself: a right answer passes, each kind of wrong one is named."""
-    line = valid_append(JOURNAL, b"x\n")
+    line = append_frame(JOURNAL, b"x\n")
     inp = Input(frames.hello(""), line, "valid")
     ready = (Kind.READY, frames.ready(1 << 20)[8:])
     resp = pb.AppendResponse(status=pb.OK, commit=pb.Fragment(journal=JOURNAL, begin=0, end=2))
