@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Awaitable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +266,8 @@ class SQLiteStore:
             self._rewriting = asyncio.ensure_future(self._rewrite(image))
             self._rewriting.add_done_callback(retrieved)
         db.execute("BEGIN")
+        if not wait_for and after is None and sealed.tail is None:
+            return self.folder.landing(sealed)  # (no task: it waits for nothing else)
         return asyncio.ensure_future(self._land(sealed, wait_for, after))
 
     async def _land(self, sealed: Sealed, wait_for: Sequence[Awaitable[Any]],
@@ -330,14 +333,12 @@ class SQLiteStore:
         recorder, fnode, wal_fd, start = self.folder.recorder, self._wal_fnode, \
             self._wal_fd, self._wal_end
         if end - start < self.patch_min_bytes or not self.patch_pages:
-            # Recorded whole, here: cheaper than a hand-off to the recorder's thread
-            # (which the frames are noted after, in order).
-            recorder.settle()
-            recorded = 0
-            for at, data, _pages, _before in wal.read(wal_fd, start, end, REWRITE_CHUNK):
-                recorder.write(fnode, at, data)
-                recorded += len(data)
-            self._recorded(recorded)
+            # Recorded whole, here: cheaper than a hand-off to the recorder's thread.
+            # Read straight into their frames, and seen there: noted later, at once
+            # (after the frames being encoded: the recorder settles them first).
+            for at, size in wal.pieces(start, end, REWRITE_CHUNK):
+                recorder.write_from(fnode, at, wal_fd, size, partial(wal.seen, at))
+            self._recorded(end - start)
             self._wal_end = end
             return
         db, db_fnode, held = np.zeros((0, wal.page_size), np.uint8), 0, None

@@ -73,10 +73,58 @@ class WalFrames:
         self.latest = np.full(1024, -1, np.int64)
         #: The database's size in pages as of the last transaction's frame.
         self.npages = 0
+        #: Frames seen (`seen`) but not yet noted in `latest`: their pages, in WAL
+        #: order, from the frame at `_unnoted_at` on (noted in one pass when asked).
+        self._unnoted: list[np.ndarray] = []
+        self._unnoted_at = self._unnoted_end = 0
 
     def restart(self) -> None:
         self.latest.fill(-1)
         self.npages = 0
+        self._unnoted.clear()
+
+    def pieces(self, start: int, end: int, piece: int) -> Iterator[tuple[int, int]]:
+        """The WAL's bytes [start, end) as (offset, size) pieces of whole frames, each
+        about `piece` bytes (the first with the WAL's header if `start` is 0)."""
+        per_read = max(1, piece // self.frame_bytes) * self.frame_bytes
+        while start < end:
+            size = min(end - start, per_read + (WAL_HEADER if start == 0 else 0))
+            yield start, size
+            start += size
+
+    def seen(self, start: int, data: bytes | memoryview) -> None:
+        """The WAL's bytes at `start` (whole frames), read by the caller: the frames
+        are noted later, all at once, when `latest` is next asked for (cheaper than
+        `read`'s noting for a few frames at a time); `npages` is as of them now."""
+        first = WAL_HEADER if start == 0 else 0
+        words = np.frombuffer(data, ">u4", offset=first).reshape(-1, self.frame_bytes // 4)
+        if not self._unnoted:
+            self._unnoted_at, self._unnoted_end = start + first, start + first
+        if self._unnoted_end != start + first:
+            raise ValueError(f"WAL frames seen at {start}, not after those seen before "
+                             f"(at {self._unnoted_end})")
+        self._unnoted.append(words[:, 0].astype(np.int64))
+        self._unnoted_end += len(words) * self.frame_bytes
+        last = int(words[-1, 1])  # (the last frame ends a transaction, mostly)
+        if not last:
+            ended = np.flatnonzero(words[:, 1])
+            last = int(words[ended[-1], 1]) if len(ended) else 0
+        if last:
+            self.npages = last
+
+    def _note(self) -> None:
+        """Note the frames seen and not noted yet: each page's last frame is the one
+        furthest on (`maximum.at`: pages repeat across transactions)."""
+        if not self._unnoted:
+            return
+        pages = self._unnoted[0] if len(self._unnoted) == 1 else \
+            np.concatenate(self._unnoted)
+        self._unnoted.clear()
+        at = self._unnoted_at + FRAME_HEADER + \
+            self.frame_bytes * np.arange(len(pages), dtype=np.int64)
+        if pages.max() >= len(self.latest):
+            self.latest = _grown(self.latest, int(pages.max()) + 1, -1)
+        np.maximum.at(self.latest, pages, at)
 
     def valid_end(self, path: str) -> int | None:
         """Where the WAL at `path` ends for SQLite: after the last commit frame of its
@@ -113,25 +161,24 @@ class WalFrames:
         before (-1: none in this WAL); the frames are noted as read. With `room`, each
         piece is read into a buffer of its own with room before it for a patch's count
         and blocks (`ops.patch_room`), where `patch` makes the patch in place."""
+        self._note()
         fs = self.frame_bytes
-        per_read = max(1, piece // fs) * fs
-        while start < end:
-            first = WAL_HEADER if start == 0 else 0
-            size = min(end - start, per_read + first)
+        for begin, size in self.pieces(start, end, piece):
+            first = WAL_HEADER if begin == 0 else 0
             data: bytes | memoryview
             if room:
                 head = patch_room(2 * ((size - first) // fs) + (1 if first else 0))
                 data = np.empty(head + size, np.uint8).data[head:]
-                read = os.preadv(fd, [data], start)
+                read = os.preadv(fd, [data], begin)
             else:
-                data = os.pread(fd, size, start)
+                data = os.pread(fd, size, begin)
                 read = len(data)
             if read != size:
-                raise OSError(f"the WAL is shorter than SQLite says ({start + read} "
+                raise OSError(f"the WAL is shorter than SQLite says ({begin + read} "
                               f"bytes, not {end})")
             words = np.frombuffer(data, ">u4", offset=first).reshape(-1, fs // 4)
             pages, commits = words[:, 0].astype(np.int64), words[:, 1]
-            at = start + first + FRAME_HEADER + fs * np.arange(len(pages), dtype=np.int64)
+            at = begin + first + FRAME_HEADER + fs * np.arange(len(pages), dtype=np.int64)
             if pages.max() >= len(self.latest):
                 self.latest = _grown(self.latest, int(pages.max()) + 1, -1)
             before = self.latest[pages]
@@ -144,8 +191,7 @@ class WalFrames:
             ended = np.flatnonzero(commits)
             if len(ended):
                 self.npages = int(commits[ended[-1]])
-            yield start, data, pages, before
-            start += size
+            yield begin, data, pages, before
 
     def worth_patching(self, data: bytes | memoryview, pages: np.ndarray,
                        before: np.ndarray, db_pages: int,
@@ -160,6 +206,7 @@ class WalFrames:
     def last_pages(self) -> np.ndarray:
         """The pages (numbers) with a frame in this WAL that the database holds as of
         the last transaction: those a checkpoint copies."""
+        self._note()
         return np.flatnonzero(self.latest[:self.npages + 1] >= 0)
 
     def copies(self) -> bytes:
@@ -167,7 +214,7 @@ class WalFrames:
         offset) of each page's last frame, in WAL order, for the pages the database
         holds as of the last transaction (SQLite's checkpoint leaves out the pages past
         its end)."""
-        pages = self.last_pages()
+        pages = self.last_pages()  # (all frames noted)
         at = self.latest[pages]
         order = np.argsort(at)
         pairs = np.empty(len(at), COPY_PAIR_DTYPE)

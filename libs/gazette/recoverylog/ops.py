@@ -113,6 +113,19 @@ def record(into: bytearray, kind: Kind, seq_no: int, checksum: int, author: int,
               begin + len(head) + len(raw_path) + len(data))
 
 
+def record_in_place(frame: memoryview, kind: Kind, seq_no: int, checksum: int,
+                    author: int, begin: int, *, fnode: int = 0, offset: int = 0) -> Op:
+    """Frame the data already in `frame` after `HEADER_SIZE` bytes of room (a `WRITE`
+    or `PATCH` read straight into its frame's buffer: no copy of it), writing the header
+    in that room; the `Op` it is once it lands at `begin`."""
+    data = frame[HEADER_SIZE:]
+    head, _, crc = _framed(kind, seq_no, checksum, author, fnode, offset, len(data), "",
+                           data)
+    frame[:HEADER_SIZE] = head
+    return Op(kind, seq_no, checksum, author, fnode, offset, len(data), "", crc, begin,
+              begin + len(frame))
+
+
 def _framed(kind: Kind, seq_no: int, checksum: int, author: int, fnode: int, offset: int,
             length: int, path: str, data: bytes | bytearray | memoryview
             ) -> tuple[bytes, bytes, int]:

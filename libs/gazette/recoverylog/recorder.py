@@ -16,6 +16,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -27,6 +28,7 @@ from gazette.labels import LabelSet, Selector
 from gazette.protocol.status import Status
 from gazette.recoverylog.fsm import FSM, Hints
 from gazette.recoverylog.ops import (
+    HEADER_SIZE,
     Block,
     Kind,
     Op,
@@ -36,6 +38,7 @@ from gazette.recoverylog.ops import (
     patch_data,
     patch_sources,
     record,
+    record_in_place,
 )
 from gazette.supervise import retrieved
 
@@ -201,6 +204,34 @@ class Recorder:
             self._close_write()
             # A caller's buffer may change after this returns: bytes are kept as they are.
             self._open = (fnode, offset, data if isinstance(data, bytes) else bytes(data))
+
+    def write_from(self, fnode: int, offset: int, fd: int, length: int,
+                   look: Callable[[memoryview], None] | None = None) -> None:
+        """`length` bytes written at `offset`, which the local file `fd` holds there:
+        read straight into their frame (the kernel's copy is the only one). `look` is
+        shown them first (they are not kept apart: it must not keep the view)."""
+        if not self._check_recording() or not length:
+            return
+        with self.lock:
+            self._close_write()
+            self._settle()
+            frame = bytearray(HEADER_SIZE + length)
+            with memoryview(frame) as view:
+                read = os.preadv(fd, [view[HEADER_SIZE:]], offset)
+                if read != length:
+                    raise OSError(f"recovery log {self.log}: fnode {fnode} holds "
+                                  f"{read} bytes at {offset}, not {length}")
+                if look is not None:
+                    with view[HEADER_SIZE:] as data:
+                        look(data)
+                fsm = self.fsm
+                op = record_in_place(view, Kind.WRITE, fsm.next_seq_no,
+                                     fsm.next_checksum, self.author,
+                                     self.head + self._inflight + len(self._pending),
+                                     fnode=fnode, offset=offset)
+            fsm.apply(op)
+            self._ops += 1
+            self._pending = _joined(self._pending, frame)
 
     def copy(self, src: int, dst: int, block: int,
              pairs: list[tuple[int, int]] | bytes) -> None:
@@ -385,10 +416,18 @@ class Recorder:
             with self.lock:
                 if self._encoding_sealed is sealed:
                     self._settle()
+        await asyncio.shield(self.release(sealed))
+        return sealed.hints
+
+    def release(self, sealed: Sealed) -> asyncio.Future[None]:
+        """Let `sealed` go as `land` does, without waiting (its last frame must be
+        encoded: no `tail`): the future that is done once it landed."""
+        if sealed.tail is not None and not sealed.tail.done():
+            raise GazetteError(f"recovery log {self.log}: a commit released while its "
+                               "last frame is being encoded (land it instead)")
         sealed.ready = True
         self._pump()
-        await asyncio.shield(sealed.landed)
-        return sealed.hints
+        return sealed.landed
 
     async def commit(self, *, hints: bool = False) -> Hints | None:
         """Seal what was recorded so far and land it (`seal`, `land`)."""

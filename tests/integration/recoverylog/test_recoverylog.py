@@ -6,6 +6,7 @@ a corrupt or cut log and hints past the log's end fail naming the shard and offs
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,6 +46,7 @@ children:
   - name: logs/six
   - name: logs/seven
   - name: logs/eight
+  - name: logs/nine
 """
 
 
@@ -260,3 +262,39 @@ async def test_a_copy_or_patch_that_cannot_be_played_fails_naming_where(
                                             f"offset {at}: writing the files: patch data "
                                             "does not decompress"):
         await Player(client, "logs/eight", tmp_path / "d", name="shard-8").play()
+
+
+async def test_bytes_recorded_from_a_file_play_back_and_commits_land_without_a_task(
+        client: JournalClient, tmp_path: Path) -> None:
+    """`write_from` reads a file's bytes straight into their frame (what a SQLite store
+    does with its WAL): they play back as written. A commit released by
+    `RecordedFolder.landing` lands in order and leaves its hints as `land` does; once
+    the log is taken over, its future fails saying so."""
+    rec = await Player(client, "logs/nine", tmp_path / "p").handoff(author=0x91)
+    files = Files(tmp_path / "p", rec)
+    rng = random.Random(7)
+    data = rng.randbytes(70_000)
+    (tmp_path / "p" / "wal").write_bytes(data)
+    fnode = rec.create("wal")
+    fd = os.open(tmp_path / "p" / "wal", os.O_RDONLY)
+    seen: list[bytes] = []
+    try:
+        rec.write_from(fnode, 0, fd, 50_000, lambda view: seen.append(bytes(view[:4])))
+        first = files.landing(rec.seal(hints=True))
+        rec.write_from(fnode, 50_000, fd, 20_000)
+        second = files.landing(rec.seal(hints=True))
+        with pytest.raises(OSError, match="holds 0 bytes at 70000, not 10"):
+            rec.write_from(fnode, 70_000, fd, 10)
+    finally:
+        os.close(fd)
+    assert seen == [data[:4]]
+    await asyncio.wait_for(asyncio.gather(first, second), 10)
+    assert files.hints is not None and files.hints == rec.hints()
+    played = await replay(client, "logs/nine", tmp_path / "copy", rec.hints())
+    assert (tmp_path / "copy" / "wal").read_bytes() == data
+    assert played.offset == rec.head
+
+    await Player(client, "logs/nine", tmp_path / "new", rec.hints()).handoff(author=0x92)
+    files.write("wal", 0, b"zombie")
+    with pytest.raises(RecorderFenced, match="taken over"):
+        await asyncio.wait_for(files.landing(rec.seal()), 10)

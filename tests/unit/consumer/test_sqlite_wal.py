@@ -86,3 +86,36 @@ def test_a_patch_laid_out_in_one_buffer_is_the_joined_one() -> None:
     packed = struct.pack("<I", 2) + b"".join(struct.pack("<IQI", *b) for b in table)
     assert len(packed) == patch_room(2)
     assert bytes(packed_patch(packed + xored)) == patch_data(table, xored)
+
+
+def test_frames_seen_are_noted_as_if_read(tmp_path: Path) -> None:
+    """Frames only seen (recorded whole: noted later, at once) leave each page's last
+    frame, the database's size and the checkpoint's copies as `read` leaves them, and a
+    piece read after them finds the versions before it among them."""
+    rng = random.Random(13)
+    commits = [([3, 7, 41, 3], 41), ([7, 12, 3], 41), ([42, 7], 42), ([5, 42, 12], 42)]
+    wal = rng.randbytes(WAL_HEADER) + b"".join(frames(rng, p, n) for p, n in commits)
+    (tmp_path / "wal").write_bytes(wal)
+    fd = os.open(tmp_path / "wal", os.O_RDONLY)
+    read_frames, seen_frames = WalFrames(PAGE), WalFrames(PAGE)
+    start = 0
+    for pages, size in commits[:3]:
+        end = start + (WAL_HEADER if start == 0 else 0) + len(pages) * (FRAME_HEADER + PAGE)
+        for _ in read_frames.read(fd, start, end, 1 << 20):
+            pass
+        for at, length in seen_frames.pieces(start, end, 2 * (FRAME_HEADER + PAGE)):
+            seen_frames.seen(at, os.pread(fd, length, at))
+            assert seen_frames.npages in (0, 41, 42)
+        assert seen_frames.npages == read_frames.npages == size
+        start = end
+    assert seen_frames.copies() == read_frames.copies()
+    assert list(seen_frames.last_pages()) == list(read_frames.last_pages())
+    ((_, _, pages, before_seen),) = seen_frames.read(fd, start, len(wal), 1 << 20)
+    ((_, _, _, before_read),) = read_frames.read(fd, start, len(wal), 1 << 20)
+    assert list(before_seen) == list(before_read)
+    assert list(pages) == [5, 42, 12] and before_seen[0] == -1 and min(before_seen[1:]) > 0
+    fresh = WalFrames(PAGE)
+    fresh.seen(0, wal[:WAL_HEADER + FRAME_HEADER + PAGE])
+    with pytest.raises(ValueError, match="not after those seen before"):
+        fresh.seen(start, wal[start:])  # (a gap: frames never seen)
+    os.close(fd)
