@@ -2,7 +2,8 @@
 written through their recorded folders are rebuilt from the log by a player, byte for
 byte, with their checkpoints; a crash between a local commit and its log append loses
 only that transaction; a successor fences the old store's commits out. SQLite: a rewrite
-leaves every older segment of the log dead; commits under way at once land in order; a
+leaves every older segment of the log dead; commits under way at once land in order;
+commits recorded whole and as patches, interleaved, play the same; a
 checkpoint the store did not run fails it; a WAL restarted over older frames is read to
 its end; a log over its bound when opened is rewritten."""
 
@@ -22,6 +23,7 @@ from gazette.client import JournalClient
 from gazette.consumer import Checkpoint, JSONFileStore
 from gazette.consumer.sqlite import SQLiteStore
 from gazette.recoverylog import Hints, Player, RecordedFolder, RecorderFenced
+from gazette.recoverylog.ops import Decoder
 from gazette_broker import BrokerServer
 from tests.fixtures.recoverylog import digest, logs_client
 
@@ -51,6 +53,7 @@ children:
   - name: stores/ckpt-rewrite
   - name: stores/ckpt-encoding-True
   - name: stores/ckpt-encoding-False
+  - name: stores/whole-and-patched
 """
 
 
@@ -505,3 +508,47 @@ def test_bad_options_are_refused_naming_them(tmp_path: Path, options: dict[str, 
 
     with pytest.raises(GazetteError, match=message):
         SQLiteStore(object(), **options)  # type: ignore[arg-type]
+
+
+async def test_commits_recorded_whole_and_as_patches_interleaved_play_the_same(
+        client: JournalClient, tmp_path: Path) -> None:
+    """Small commits are read straight into their frames and their pages noted later
+    (`WalFrames.seen`); large ones are patches against the versions before their
+    pages, found among those small commits' frames: interleaved, with checkpoints and a
+    rewrite between them, the log plays to the same files and rows."""
+    log = "stores/whole-and-patched"
+    folder = await take(client, log, tmp_path / "primary", 0xE7)
+    store = SQLiteStore(folder, page_size=1024, checkpoint_pages=150,
+                        patch_min_bytes=8 << 10, rewrite_factor=0.5,
+                        rewrite_min_bytes=256 << 10)
+    await store.restore_checkpoint()
+    rng, commits = random.Random(17), []
+    store.db.execute("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT)")
+    for t in range(120):
+        n = 1 if t % 3 else 40  # (a page or two: whole; forty rows here and there: patched)
+        store.db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                             [(rng.randrange(2000), rng.randbytes(60).hex())
+                              for _ in range(n)])
+        commits.append(store.start_commit(checkpoint(t + 1), []))
+        await asyncio.sleep(0)
+    await asyncio.gather(*commits)
+    assert store.checkpoints >= 2 and store.rewrites >= 2, (store.checkpoints,
+                                                            store.rewrites)
+    want_rows, want_files = rows(store.db), digest(tmp_path / "primary")
+    hints = await folder.recorder.commit(hints=True)
+    await store.close()
+    kinds: set[str] = set()  # (a patch that reads files: of WAL frames, not a rewrite's)
+    decoder = Decoder(log, 0)
+    async for chunk in client.read(log, 0, end_offset=await client.write_head(log)):
+        kinds.update(op.kind.name + ("-reading" if op.path else "")
+                     for op, _ in decoder.feed(chunk.content))
+    assert {"WRITE", "PATCH-reading", "COPY"} <= kinds, kinds
+    for name, given in (("from-hints", hints), ("from-start", None)):
+        player = Player(client, log, tmp_path / name, given)
+        await player.play()
+        await player.finish()
+        assert digest(tmp_path / name) == want_files, name
+    successor = await sqlite_on(client, log, tmp_path / "next", 0xE8, hints)
+    assert rows(successor.db) == want_rows
+    assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    await successor.close()
