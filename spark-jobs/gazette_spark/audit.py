@@ -26,7 +26,7 @@ from typing import Any
 from gazette.fragment import Fragment
 from gazette_spark import cli
 from gazette_spark.plan import Piece, discover, persisted
-from gazette_spark.read import DATA_LOSS_ERRORS, piece_content
+from gazette_spark.slices import DATA_LOSS_ERRORS, piece_content
 
 log = logging.getLogger("gazette_spark")
 

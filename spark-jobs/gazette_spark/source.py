@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 from gazette.errors import ValidationError
 from gazette_spark import plan as planning
 from gazette_spark.options import EARLIEST, LATEST, Offsets, ReadOptions
-from gazette_spark.read import SliceReader
+from gazette_spark.slices import SliceReader
 
 log = logging.getLogger("gazette_spark")
 

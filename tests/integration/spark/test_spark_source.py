@@ -1,6 +1,8 @@
 """The ``gazette`` PySpark source over fragments real brokers wrote: to ``file://`` and to
 S3 on moto, in every codec and framing; offsets, selectors, duplicate fragments, a corrupt
 one, read-committed against the message library's reader, and the streaming source.
+The tests of lines run twice (`gazette`): through the Python data source and through
+`gazette_spark.read`, whose JVM reader is the native path.
 
 Spark calls block, and the brokers run on this test's event loop: they are made from a
 worker thread (`run`).
@@ -94,12 +96,13 @@ def rows(df: Any) -> dict[str, list[tuple[int, str]]]:
 
 
 async def test_every_codec_from_a_file_store_and_through_a_broker(
-        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+        spark: Any, gazette: Any, broker_server: BrokerServer,
+        written: dict[str, list[bytes]]) -> None:
     want = {j: expected_rows(p) for j, p in written.items() if j.startswith("spark/lines")}
-    from_stores = spark.read.format("gazette").option("stores", store_url(broker_server)) \
+    from_stores = gazette().option("stores", store_url(broker_server)) \
         .option("journals", "prefix=spark/, name notin (spark/other/x)")
     assert await run(lambda: rows(from_stores.load())) == want
-    through_broker = spark.read.format("gazette").options(
+    through_broker = gazette().options(
         broker=broker_server.grpc_address, journals="prefix=spark/, name notin (spark/other/x)")
     df = await run(through_broker.load)
     assert df.columns == ["journal", "offset", "value"]
@@ -107,35 +110,36 @@ async def test_every_codec_from_a_file_store_and_through_a_broker(
 
 
 async def test_offsets_selectors_and_times_narrow_the_read(
-        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+        spark: Any, gazette: Any, broker_server: BrokerServer,
+        written: dict[str, list[bytes]]) -> None:
     journal = "spark/lines-gzip"
     all_rows = expected_rows(written[journal])
     start, end = all_rows[10][0], all_rows[300][0]
-    reader = spark.read.format("gazette").options(
+    reader = gazette().options(
         stores=store_url(broker_server), journals=f"name={journal}",
         startingOffsets=json.dumps({journal: start}),
         endingOffsets=json.dumps({journal: end}))
     assert await run(lambda: rows(reader.load())) == {journal: all_rows[10:300]}
     # A selector that excludes, and a time range that holds nothing.
-    excluding = spark.read.format("gazette").options(
+    excluding = gazette().options(
         stores=store_url(broker_server),
         journals="prefix=spark/, name notin (spark/lines-none, spark/lines-gzip)")
     got = await run(lambda: sorted(rows(excluding.load())))
     assert got == ["spark/lines-gzip_offload_decompression", "spark/lines-snappy",
                    "spark/lines-zstandard", "spark/other/x"]
-    future = spark.read.format("gazette").options(
+    future = gazette().options(
         stores=store_url(broker_server), journals="prefix=spark/", startTime="2999-01-01")
     assert await run(lambda: future.load().count()) == 0
 
 
 async def test_duplicate_fragments_in_two_stores_are_read_once(
-        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]],
+        spark: Any, gazette: Any, broker_server: BrokerServer, written: dict[str, list[bytes]],
         tmp_path: Path) -> None:
     root = Path(broker_server.file_root or "")
     copy = tmp_path / "second-store"
     shutil.copytree(root / "spark" / "lines-snappy", copy / "spark" / "lines-snappy")
     stores = f"{store_url(broker_server)},{copy.as_uri()}/"
-    df = spark.read.format("gazette").options(stores=stores,
+    df = gazette().options(stores=stores,
                                               journals="name=spark/lines-snappy")
     assert await run(lambda: rows(df.load())) == {
         "spark/lines-snappy": expected_rows(written["spark/lines-snappy"])}
@@ -147,7 +151,8 @@ async def test_duplicate_fragments_in_two_stores_are_read_once(
 
 
 async def test_a_corrupt_fragment_fails_the_read_naming_it_unless_told_to_skip(
-        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+        spark: Any, gazette: Any, broker_server: BrokerServer,
+        written: dict[str, list[bytes]]) -> None:
     journal = "spark/lines-zstandard"
     folder = Path(broker_server.file_root or "") / journal
     frags = sorted(folder.iterdir())
@@ -156,7 +161,7 @@ async def test_a_corrupt_fragment_fails_the_read_naming_it_unless_told_to_skip(
     data[len(data) // 2] ^= 0xFF
     bad.write_bytes(bytes(data))
     def reader(**extra: str) -> Any:  # a new one each time: option() changes a reader
-        return spark.read.format("gazette").options(
+        return gazette().options(
             stores=store_url(broker_server), journals=f"name={journal}", **extra)
 
     with pytest.raises(Exception) as err:
@@ -318,18 +323,18 @@ async def test_read_committed_equals_the_message_library_reader(
 # -- partitions ---------------------------------------------------------------------------
 
 async def test_a_large_fragment_is_split_and_read_whole(
-        spark: Any, broker_server: BrokerServer) -> None:
+        spark: Any, gazette: Any, broker_server: BrokerServer) -> None:
     await broker_server.apply_yaml(SPECS)
     part = b"".join(b"line %06d %s\n" % (i, b"x" * (i % 97)) for i in range(40_000))
     async with JournalClient(broker_server.grpc_address) as client:
         await persist(broker_server, client, "spark/lines-none", [part])
-    df = spark.read.format("gazette").options(
+    df = gazette().options(
         stores=store_url(broker_server), journals="name=spark/lines-none",
         maxPartitionBytes=str(256 << 10))
     loaded = await run(df.load)
     assert await run(lambda: loaded.rdd.getNumPartitions()) == -(-len(part) // (256 << 10))
     assert await run(lambda: rows(loaded)) == {"spark/lines-none": expected_rows([part])}
-    hinted = spark.read.format("gazette").options(
+    hinted = gazette().options(
         stores=store_url(broker_server), journals="name=spark/lines-none", minPartitions="7")
     assert await run(lambda: hinted.load().rdd.getNumPartitions()) >= 7
 
@@ -459,3 +464,36 @@ async def test_a_bad_option_fails_the_query_at_once_naming_it(spark: Any) -> Non
     with pytest.raises(Exception) as err:
         await run(bad.load)
     assert "gazette source option 'framing'" in str(err.value)
+
+
+async def test_the_native_path_honours_a_reader_schema_and_refuses_a_bad_plan(
+        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]]) -> None:
+    """`gazette_spark.read` with a reader schema: some columns, reordered, read by the
+    JVM; a wrong one is refused as the Python source refuses it. The JVM reader alone,
+    without the plan `read` gives it or with a plan that is not one, says so."""
+    import gazette_spark
+    from gazette_spark import native
+
+    journal = "spark/lines-snappy"
+    options = {"stores": store_url(broker_server), "journals": f"name={journal}"}
+    df = await run(lambda: gazette_spark.read(spark, "value string, offset bigint",
+                                              **options))
+    assert df.columns == ["value", "offset"]
+    assert "gazette-lines" in df._jdf.queryExecution().analyzed().toString()
+    got = await run(lambda: [(r["offset"], r["value"]) for r in df.orderBy("offset")
+                             .collect()])
+    assert got == expected_rows(written[journal])
+    with pytest.raises(Exception, match="column 'offset' is string, not bigint"):
+        gazette_spark.read(spark, "offset string", **options)  # (refused before planning)
+    in_async = await run(lambda: gazette_spark.read(spark, **options).count())
+    assert in_async == len(expected_rows(written[journal]))  # (planned on a loop's thread)
+    assert gazette_spark.read(spark, **options).count() == in_async
+
+    def alone(**given: str) -> Any:  # (ADD JAR is for the JVM thread that runs it)
+        native.ensure(spark)
+        return spark.read.format(native.CLASS).options(**given).load().collect()
+
+    with pytest.raises(Exception, match="option 'slices' \\(the plan\\) is missing"):
+        await run(alone)
+    with pytest.raises(Exception, match="option 'slices' is not the plan's JSON"):
+        await run(lambda: alone(slices="[{"))

@@ -346,7 +346,7 @@ def test_split_parts_own_each_line_once(target: int, tmp_path: Any) -> None:
     from pathlib import Path
 
     from gazette.fragment.store import FileStore
-    from gazette_spark.read import SliceReader
+    from gazette_spark.slices import SliceReader
 
     lines = [b"x" * n for n in (0, 1, 2, 30, 0, 5, 100, 1, 0, 7)]
     content = b"".join(line + b"\n" for line in lines) + b"tail"
