@@ -86,8 +86,19 @@ RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-cert \
     && python -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["optional-dependencies"]["spark"]))' > /src/spark-requirements.txt \
     && pip install --disable-pip-version-check -r /src/spark-requirements.txt
 
+# --- spark-native: gazette_spark.read's JVM reader (gazette_spark/java), built once with
+# a JDK into /opt/gazette/jars; the spark image takes the jar, not the JDK.
+FROM python AS spark-native
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=spark-deps /opt/gazette /opt/gazette
+COPY --from=build /opt/gazette /opt/gazette
+RUN GAZETTE_SPARK_JARS=/opt/gazette/jars python -c 'from gazette_spark.native import jar; print(jar())'
+
 # --- spark: the Spark job image: Python 3.11, a Java 17 runtime, the [spark] extra and the
-# distribution (gazette_spark's jobs).
+# distribution (gazette_spark's jobs), and the native reader's jar.
 FROM python AS spark
 # Debian installs the JRE in /usr/lib/jvm/java-17-openjdk-<arch> (amd64, arm64, ...): the
 # RUN below links that to one architecture-independent path and checks it runs.
@@ -101,7 +112,10 @@ RUN mkdir -p /usr/share/man/man1 \
     && "$JAVA_HOME/bin/java" -version
 COPY --from=spark-deps /opt/gazette /opt/gazette
 COPY --from=build /opt/gazette /opt/gazette
-RUN python -c 'import gazette_spark.source, numpy, pandas, pyarrow, pyspark'
+COPY --from=spark-native /opt/gazette/jars /opt/gazette/jars
+ENV GAZETTE_SPARK_JARS=/opt/gazette/jars
+RUN python -c 'import gazette_spark.source, numpy, pandas, pyarrow, pyspark' \
+    && python -c 'from gazette_spark.native import jar; jar()'
 # A home directory: Spark writes its warehouse and Ivy cache under the working directory and
 # home, and the JVM wants a named user for the uid.
 RUN useradd --system --uid 10001 --create-home --home-dir /home/gazette gazette

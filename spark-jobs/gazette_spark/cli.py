@@ -109,9 +109,14 @@ def session(args: argparse.Namespace, app: str) -> Any:
     from pyspark.sql import SparkSession
 
     import gazette_spark
+    from gazette_spark.native import NativeUnavailable, with_native
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(args.master).appName(f"gazette-{app}")
+    try:  # (the native reader's jar on the session: gazette_spark.read's JVM path)
+        builder = with_native(builder)
+    except NativeUnavailable as err:
+        log.info("%s: lines are read through the Python source: %s", app, err)
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     for item in args.conf:
         key, sep, value = item.partition("=")

@@ -79,26 +79,36 @@ class ReadOptions:
     #: seconds ago is taken for an upload still under way (brokers upload out of order):
     #: a read stops before it rather than calling it lost.
     hole_grace_seconds: int = 600
+    #: A stream's micro-batch reads about this many bytes at most (0: all there is),
+    #: rounded up to whole fragments (at least one per batch).
+    max_bytes_per_trigger: int = 0
+    #: Where reading starts: each journal's first fragment modified at or after this
+    #: (Unix milliseconds; 0: ``startingOffsets`` says).
+    starting_timestamp_ms: int = 0
 
     @property
     def has_uuids(self) -> bool:
         return FRAMINGS[self.framing]
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
-        """`options` as Spark gives them (keys in any case)."""
+    def parse(cls, options: Mapping[str, str], streaming: bool | None = False
+              ) -> ReadOptions:
+        """`options` as Spark gives them (keys in any case), for a batch read, a stream
+        (`streaming`), or either (None: what only one of them takes is not refused)."""
         opts = {k.lower(): v for k, v in options.items() if k.lower() != "path"}
         known = {"journals", "broker", "stores", "startingoffsets", "endingoffsets",
                  "starttime", "endtime", "framing", "schema", "messagetype",
                  "readcommitted", "failondataloss", "minpartitions",
-                 "maxpartitionbytes", "signaturettl", "holegraceseconds"}
+                 "maxpartitionbytes", "signaturettl", "holegraceseconds",
+                 "maxbytespertrigger", "maxoffsetspertrigger", "startingtimestamp"}
         unknown = sorted(set(opts) - known)
         if unknown:
             raise OptionError(unknown[0], "unknown option (known: " + ", ".join(sorted(
                 ("journals", "broker", "stores", "startingOffsets", "endingOffsets",
                  "startTime", "endTime", "framing", "schema", "messageType",
                  "readCommitted", "failOnDataLoss", "minPartitions", "maxPartitionBytes",
-                 "signatureTTL", "holeGraceSeconds"))) + ")")
+                 "signatureTTL", "holeGraceSeconds", "maxBytesPerTrigger",
+                 "maxOffsetsPerTrigger", "startingTimestamp"))) + ")")
         try:
             selector = parse_selector(opts.get("journals", ""), "journals")
         except ValidationError as err:
@@ -118,7 +128,7 @@ class ReadOptions:
             _check_selector_by_name(selector)
         starting = _offsets(opts, "startingOffsets", EARLIEST)
         ending = _offsets(opts, "endingOffsets", LATEST)
-        if not streaming and starting.default == LATEST:
+        if streaming is False and starting.default == LATEST:
             raise OptionError("startingOffsets", "'latest' reads nothing in a batch query: "
                               "give 'earliest' or offsets per journal")
         if ending.default == EARLIEST or _JSON_EARLIEST in ending.by_journal.values():
@@ -145,6 +155,17 @@ class ReadOptions:
         if read_committed and streaming:
             raise OptionError("readCommitted", "supported in batch reads only (a stream "
                               "would need the Sequencer's state in its checkpoint)")
+        limits = [_int(opts, name, 0, 1, _MAX_OFFSET)
+                  for name in ("maxBytesPerTrigger", "maxOffsetsPerTrigger")
+                  if name.lower() in opts]
+        if limits and streaming is False:
+            raise OptionError("maxBytesPerTrigger" if "maxbytespertrigger" in opts else
+                              "maxOffsetsPerTrigger", "limits a stream's micro-batches: "
+                              "for readStream only (a batch read takes endingOffsets)")
+        starting_ms = _millis(opts, "startingTimestamp")
+        if starting_ms and "startingoffsets" in opts:
+            raise OptionError("startingTimestamp", "give startingOffsets or "
+                              "startingTimestamp, not both")
         out = cls(
             selector=selector, broker=broker, stores=stores, starting=starting,
             ending=ending, start_time=_time(opts, "startTime"),
@@ -155,7 +176,9 @@ class ReadOptions:
             max_partition_bytes=_int(opts, "maxPartitionBytes",
                                      DEFAULT_MAX_PARTITION_BYTES, 1 << 10, 1 << 40),
             signature_ttl=_int(opts, "signatureTTL", 3600, 60, 7 * 86400),
-            hole_grace_seconds=_int(opts, "holeGraceSeconds", 600, 0, 7 * 86400))
+            hole_grace_seconds=_int(opts, "holeGraceSeconds", 600, 0, 7 * 86400),
+            max_bytes_per_trigger=min(limits) if limits else 0,
+            starting_timestamp_ms=starting_ms)
         if out.end_time and out.start_time >= out.end_time:
             raise OptionError("endTime", "must be after startTime")
         return out
@@ -212,6 +235,20 @@ def _int(opts: Mapping[str, str], name: str, default: int, low: int, high: int) 
         raise OptionError(name, f"{text!r} is not an integer") from None
     if not low <= value <= high:
         raise OptionError(name, f"{value} is outside [{low}, {high}]")
+    return value
+
+
+def _millis(opts: Mapping[str, str], name: str) -> int:
+    """Unix milliseconds (as Kafka's source takes them), or an ISO 8601 time."""
+    text = opts.get(name.lower(), "").strip()
+    if not text:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        return _time({name.lower(): text}, name) * 1000
+    if not 0 < value <= _MAX_OFFSET:
+        raise OptionError(name, f"{value} is not a positive number of milliseconds")
     return value
 
 

@@ -174,7 +174,7 @@ async def _from_stores(opts: ReadOptions) -> Found:
 def plan(found: Found, opts: ReadOptions,
          starts: dict[str, int] | None = None) -> Plan:
     """The pieces to read of each journal; `starts` (a stream's offsets) overrides
-    ``startingOffsets``."""
+    ``startingOffsets`` and ``startingTimestamp``."""
     out = Plan()
     now = time.time()
     for journal in sorted(found):
@@ -191,6 +191,10 @@ def plan(found: Found, opts: ReadOptions,
         want_end = opts.ending.of(journal)
         start = first if want_start == EARLIEST else last if want_start == LATEST else int(
             want_start)
+        if opts.starting_timestamp_ms and not (starts and journal in starts):
+            since = opts.starting_timestamp_ms / 1000  # (the first fragment modified since)
+            start = min((f.begin for f, _ in found[journal]
+                         if f.backing_store and f.mod_time >= since), default=last)
         end = last if want_end == LATEST else min(int(want_end), last)
         if start < first and want_start != EARLIEST:
             _lost(opts, journal, start, first, "before the journal's first fragment "
@@ -279,3 +283,23 @@ def _split(piece: Piece, target: int) -> list[Piece]:
     return [replace(piece, begin=a, end=b, head_cut=a > piece.begin or piece.head_cut,
                     tail_cut=b < piece.end or piece.tail_cut)
             for a, b in itertools.pairwise(cuts)]
+
+
+def admitted(the_plan: Plan, starts: dict[str, int], budget: int) -> dict[str, int]:
+    """Where a micro-batch of about `budget` bytes ends in each journal of `the_plan`:
+    whole pieces (fragments: a batch never ends inside one, where a line may run on),
+    taken a piece per journal in turn while they fit, and at least one in all."""
+    queues = {j: list(ps) for j, ps in the_plan.pieces.items() if ps}
+    ends = {j: starts.get(j, the_plan.starts.get(j, 0)) for j in the_plan.pieces}
+    used = 0
+    while queues:
+        for journal in list(queues):
+            piece = queues[journal][0]
+            if used and used + piece.size > budget:
+                return ends
+            used += piece.size
+            ends[journal] = piece.end
+            queues[journal].pop(0)
+            if not queues[journal]:
+                del queues[journal]
+    return ends

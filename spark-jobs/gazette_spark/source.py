@@ -24,6 +24,12 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from gazette.errors import ValidationError
@@ -135,8 +141,8 @@ class GazetteDataSource(DataSource):
         super().__init__(options)
         self._options = dict(options)
 
-    def schema(self) -> str:
-        return schema_ddl(ReadOptions.parse(self._options))
+    def schema(self) -> str:  # (asked of batch reads and streams alike)
+        return schema_ddl(ReadOptions.parse(self._options, streaming=None))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self._options)
@@ -161,27 +167,58 @@ class GazetteReader(DataSourceReader):
         return _read(partition, self.opts, self.schema)
 
 
-class GazetteStreamReader(DataSourceStreamReader):
+class GazetteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are ``{journal: offset}``: a micro-batch reads each journal from the last
-    batch's offset to the end of its persisted fragments now. Journals that appear later
-    are read from their earliest fragment."""
+    batch's offset to the end of its persisted fragments now, or, with
+    ``maxBytesPerTrigger`` (``maxOffsetsPerTrigger``: the same, offsets are bytes), about
+    that many bytes in whole fragments. Journals that appear later are read from their
+    earliest fragment. The query's progress reports each journal's persisted end
+    (``latestOffset``) beside where the batch ended."""
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts, self.schema = opts, schema
         #: The listing `latestOffset` made, for the `partitions` call that follows it
         #: (one listing per micro-batch, not two).
         self._found: planning.Found | None = None
+        #: Each journal's persisted end as last listed (`reportLatestOffset`).
+        self._available: dict[str, Any] | None = None
+        #: With Trigger.AvailableNow: the ends when the query began (read no further).
+        self._target: dict[str, int] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         the_plan, _ = _plan(self.opts)
         return dict(the_plan.starts)
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        budget = self.opts.max_bytes_per_trigger
+        return ReadMaxBytes(budget) if budget else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        found = asyncio.run(planning.discover(self.opts))
+        self._target = dict(planning.plan(found, _unbounded(self.opts)).ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._available
+
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: Any = None) -> dict[str, Any]:
+        start = {j: int(o) for j, o in (start or {}).items()}
+        opts = _unbounded(self.opts)
+        if self._target is not None:  # (journals found since are left for later runs)
+            opts = _ending_at(opts, {j: self._target.get(j, start.get(j, 0))
+                                     for j in {*self._target, *start}})
         found = self._found = asyncio.run(planning.discover(self.opts))
-        the_plan = planning.plan(found, _unbounded(self.opts), start or {})
-        latest = dict(start or {})
-        latest.update(the_plan.ends)
+        the_plan = planning.plan(found, opts, start)
+        if self._target is not None:
+            the_plan.pieces = {j: ps for j, ps in the_plan.pieces.items()
+                               if j in self._target}
+            the_plan.ends = {j: e for j, e in the_plan.ends.items() if j in self._target}
+        self._available = {**start, **the_plan.ends}
+        latest: dict[str, Any] = dict(start)
+        if isinstance(limit, ReadMaxBytes):
+            latest.update(planning.admitted(the_plan, start, limit.max_bytes))
+        else:
+            latest.update(the_plan.ends)
         return latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]

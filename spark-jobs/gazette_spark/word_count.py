@@ -5,7 +5,8 @@
 
 A word is a maximal run of letters, digits and underscores (``\\w+``, Unicode), lower-cased:
 the same rule as the word-count consumer, so both give equal counts for the same
-journals. Writes ``word,count`` as CSV (one file) to ``--output`` and logs the top ten.
+journals. The lines are read by the JVM (`gazette_spark.read`). Writes ``word,count``
+as CSV (one file) to ``--output`` and logs the top ten.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     spark = cli.session(args, "word_count")
     from pyspark.sql import functions as F
 
-    lines = spark.read.format("gazette").options(**opts).load()
+    import gazette_spark
+
+    lines = gazette_spark.read(spark, **opts)  # (the JVM reads lines: the native path)
     words = lines.select(F.explode(F.regexp_extract_all(
         F.lower("value"), F.lit(WORD), 0)).alias("word"))
     counts = words.groupBy("word").count().orderBy(F.desc("count"), "word")

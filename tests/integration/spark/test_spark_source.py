@@ -379,6 +379,67 @@ async def test_the_stream_resumes_from_its_checkpoint(
     assert got == {j: expected_rows(parts) for j, parts in written.items()}
 
 
+async def test_a_stream_under_a_rate_limit_reads_every_byte_once_across_restarts(
+        spark: Any, broker_server: BrokerServer, written: dict[str, list[bytes]],
+        tmp_path: Path) -> None:
+    """maxBytesPerTrigger: each micro-batch reads about that many bytes, in whole
+    fragments, at least one (here: one fragment a batch); a query stopped after a few
+    batches and restarted from its checkpoint (AvailableNow, which honours the limit too)
+    goes on where it ended: every byte once. Each batch's progress reports the journals'
+    persisted ends (latestOffset). startingTimestamp starts at the first fragment
+    modified since."""
+    import time
+
+    lines = {j: p for j, p in written.items() if j.startswith("spark/lines-")}
+    options = {"stores": store_url(broker_server),
+               "journals": "prefix=spark/, name notin (spark/other/x)",
+               "maxBytesPerTrigger": "1"}
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    largest = max(len(p.splitlines()) for parts in lines.values() for p in parts)
+
+    def start(**trigger: Any) -> Any:
+        df = spark.readStream.format("gazette").options(**options).load()
+        return (df.writeStream.format("parquet").option("path", str(out))
+                .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+
+    def batches(query: Any) -> list[Any]:
+        return [p for p in query.recentProgress if p.numInputRows]
+
+    def some() -> list[Any]:
+        query = start(processingTime="0 seconds")
+        deadline = time.monotonic() + 120
+        while len(batches(query)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the query's progress under a deadline
+        query.stop()
+        return batches(query)
+
+    def rest() -> list[Any]:
+        query = start(availableNow=True)
+        query.awaitTermination(180)
+        assert not query.isActive and query.exception() is None, query.exception()
+        return batches(query)
+
+    first = await run(some)
+    second = await run(rest)
+    assert len(first) >= 3 and second, (len(first), len(second))
+    assert all(b.numInputRows <= largest for b in first + second)  # (a fragment each)
+    assert len(first) + len(second) == sum(len(p) for p in lines.values())
+    assert await run(lambda: rows(spark.read.parquet(str(out)))) == {
+        j: expected_rows(parts) for j, parts in lines.items()}
+    reported = json.loads(second[-1].sources[0].latestOffset)
+    assert reported == {j: len(b"".join(parts)) for j, parts in lines.items()}
+
+    batch = {k: v for k, v in options.items() if k != "maxBytesPerTrigger"}
+    since = spark.read.format("gazette").options(**batch, startingTimestamp="1")
+    assert await run(lambda: since.load().count()) == sum(
+        len(b"".join(p).splitlines()) for p in lines.values())
+    future = spark.read.format("gazette").options(
+        **batch, startingTimestamp="2999-01-01T00:00:00Z")
+    assert await run(lambda: future.load().count()) == 0
+    with pytest.raises(Exception, match=r"maxBytesPerTrigger.*for readStream only"):
+        await run(lambda: spark.read.format("gazette").options(**options).load().count())
+
+
 async def test_a_stream_reads_fragments_persisted_out_of_order_once(
         spark: Any, broker_server: BrokerServer, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,7 @@ from gazette_spark import decode
 from gazette_spark.committed import CommittedReader
 from gazette_spark.decode import Block, decoder_for
 from gazette_spark.options import EARLIEST, LATEST, OptionError, ReadOptions
-from gazette_spark.plan import DataLoss, plan, slices
+from gazette_spark.plan import DataLoss, admitted, plan, slices
 from gazette_spark.uuids import parse_text_column
 
 # -- options -----------------------------------------------------------------------------
@@ -63,6 +63,14 @@ def test_options_parse_with_defaults_and_any_case() -> None:
     ({"stores": "file:///a/", "framing": "fixed", "messageType": "nocolon"},
      "messageType", "module:attribute"),
     ({"stores": "file:///a/", "typo": "1"}, "typo", "unknown option"),
+    ({"stores": "file:///a/", "maxBytesPerTrigger": "1024"}, "maxBytesPerTrigger",
+     "readStream only"),
+    ({"stores": "file:///a/", "startingTimestamp": "soon"}, "startingTimestamp",
+     "ISO 8601"),
+    ({"stores": "file:///a/", "startingTimestamp": "-5"}, "startingTimestamp",
+     "positive number of milliseconds"),
+    ({"stores": "file:///a/", "startingTimestamp": "5", "startingOffsets": "earliest"},
+     "startingTimestamp", "not both"),
 ])
 def test_bad_options_are_refused_naming_them(options: dict[str, str], field: str,
                                              reason: str) -> None:
@@ -78,6 +86,19 @@ def test_streams_refuse_what_only_batches_do() -> None:
             ReadOptions.parse({"stores": "file:///a/", **extra}, streaming=True)
     assert ReadOptions.parse({"stores": "file:///a/", "startingOffsets": "latest"},
                              streaming=True).starting.default == LATEST
+
+
+def test_stream_limits_and_a_starting_timestamp_parse() -> None:
+    o = ReadOptions.parse({"stores": "file:///a/", "maxBytesPerTrigger": "4096",
+                           "maxOffsetsPerTrigger": "1000",
+                           "startingTimestamp": "2026-11-24T00:00:00Z"}, streaming=True)
+    assert o.max_bytes_per_trigger == 1000  # (offsets are bytes: the smaller of both)
+    assert o.starting_timestamp_ms == 1795478400_000
+    assert ReadOptions.parse({"stores": "file:///a/", "startingTimestamp": "1700000000123"}
+                             ).starting_timestamp_ms == 1700000000123
+    either = ReadOptions.parse({"stores": "file:///a/", "maxBytesPerTrigger": "9"},
+                               streaming=None)  # (a source's schema: either mode)
+    assert either.max_bytes_per_trigger == 9
 
 
 def _struct(*fields: tuple[str, Any]) -> Any:
@@ -274,9 +295,10 @@ def test_committed_publishing_takes_the_vectorized_path() -> None:
 
 # -- planning ------------------------------------------------------------------------------
 
-def frag(journal: str, begin: int, end: int, store: str = "file:///s/") -> Fragment:
+def frag(journal: str, begin: int, end: int, store: str = "file:///s/",
+         mod_time: int = 0) -> Fragment:
     return Fragment(journal, begin, end, hashlib.sha1(b"%d" % begin).digest(),
-                    backing_store=store)
+                    backing_store=store, mod_time=mod_time)
 
 
 def test_cover_sets_holes_offsets_and_partitions() -> None:
@@ -298,6 +320,25 @@ def test_cover_sets_holes_offsets_and_partitions() -> None:
         plan({"a/y": found["a/y"]}, ReadOptions.parse(
             {"stores": "file:///s/", "startingOffsets": '{"a/y": 0}'}))
     assert len(slices(p, opts)) == 2  # one per journal: each under maxPartitionBytes
+
+
+def test_a_micro_batch_admits_whole_fragments_in_turn_within_its_budget() -> None:
+    found = {"a/x": [(frag("a/x", 0, 100), ""), (frag("a/x", 100, 250), ""),
+                     (frag("a/x", 250, 260), "")],
+             "a/y": [(frag("a/y", 0, 40), ""), (frag("a/y", 40, 80), "")]}
+    opts = ReadOptions.parse({"stores": "file:///s/"})
+    p = plan(found, opts)
+    assert admitted(p, {}, 1) == {"a/x": 100, "a/y": 0}  # (one fragment at least)
+    assert admitted(p, {}, 140) == {"a/x": 100, "a/y": 40}  # (a fragment each in turn)
+    assert admitted(p, {}, 300) == {"a/x": 250, "a/y": 40}  # (y's next: over it)
+    assert admitted(p, {}, 330) == {"a/x": 250, "a/y": 80}
+    assert admitted(p, {}, 10_000) == {"a/x": 260, "a/y": 80}
+    later = plan(found, opts, {"a/x": 250, "a/y": 80})
+    assert admitted(later, {"a/x": 250, "a/y": 80}, 1) == {"a/x": 260, "a/y": 80}
+    stamped = {"a/x": [(frag("a/x", 0, 100, mod_time=10), ""),
+                       (frag("a/x", 100, 250, mod_time=30), "")]}
+    since = ReadOptions.parse({"stores": "file:///s/", "startingTimestamp": "20000"})
+    assert [(x.begin, x.end) for x in plan(stamped, since).pieces["a/x"]] == [(100, 250)]
 
 
 def test_ranges_not_persisted_yet_stop_a_read_and_are_no_loss() -> None:
