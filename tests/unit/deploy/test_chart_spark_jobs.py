@@ -1,10 +1,12 @@
 """The chart's Spark jobs (sparkJobs), rendered by a real Helm: a local-master Job, a
-scheduled CronJob and a k8s-master job with its service account, Role and executor pod
-template are valid Kubernetes (kubernetes-validate, strict, offline); their arguments,
-their S3 credentials (the brokers' own secret) and the broker address are wired as the
-jobs expect; the Role grants only what a Spark driver in client mode asks of the API; the
-executors' command passes Spark's settings on (tests/integration/deploy/
-test_chart_executor_command.py runs it with the real JRE); bad values are refused."""
+scheduled CronJob, a k8s-master job with its service account, Role and executor pod
+template, and jobs for the Spark operator (SparkApplication and
+ScheduledSparkApplication: their required fields, their pod templates) are valid
+Kubernetes (kubernetes-validate, strict, offline); their arguments, their S3 credentials
+(the brokers' own secret) and the broker address are wired as the jobs expect; the Role
+grants only what a Spark driver in client mode asks of the API; the executors' command
+passes Spark's settings on (tests/integration/deploy/test_chart_executor_command.py runs
+it with the real JRE); bad values are refused."""
 
 from __future__ import annotations
 
@@ -75,8 +77,9 @@ def assert_valid(objects: list[dict[str, Any]]) -> None:
     pods = [yaml.safe_load(o["data"]["executor-pod.yaml"])
             for o in of_kind(objects, "ConfigMap") if "executor-pod.yaml" in o.get("data", {})]
     for o in [*objects, *pods]:
-        if o["apiVersion"].startswith(("gazette-py.dev/", "kopf.dev/", "apiextensions")):
-            continue  # custom resources and CRDs: test_chart checks them
+        if o["apiVersion"].startswith(("gazette-py.dev/", "kopf.dev/", "apiextensions",
+                                       "sparkoperator.k8s.io/")):
+            continue  # custom resources and CRDs: their own tests check them
         for version in KUBE_VERSIONS:
             try:
                 kubernetes_validate.validate(o, version, strict=True)
@@ -274,6 +277,9 @@ def test_the_executor_command_passes_sparks_settings_on(helm: Helm, tmp_path: Pa
     ({"name": None}, "at '/sparkJobs/jobs/0': missing property 'name'"),
     ({"args": [["nested"]]}, "at '/sparkJobs/jobs/0/args/0'"),
     ({"executor": {"instances": 2}}, "additional properties 'executor' not allowed"),
+    ({"runner": "airflow"}, "at '/sparkJobs/jobs/0/runner'"),
+    ({"runner": "spark-operator", "driverMemory": "lots"},
+     "at '/sparkJobs/jobs/0/driverMemory'"),
 ])
 def test_bad_spark_values_are_refused_naming_the_key(helm: Helm, tmp_path: Path,
                                                      job: dict[str, Any],
@@ -303,6 +309,75 @@ def test_conflicting_spark_values_fail(helm: Helm, tmp_path: Path, values: dict[
     assert message in proc.stderr, proc.stderr
 
 
+#: What a SparkApplication's spec must hold (its CRD, sparkoperator.k8s.io/v1beta2).
+SPARK_APPLICATION_REQUIRED = {"driver", "executor", "mainApplicationFile", "sparkVersion",
+                              "type"}
+
+
+def test_a_spark_operator_job_renders_spark_applications(helm: Helm, tmp_path: Path) -> None:
+    """runner: spark-operator renders a SparkApplication (a ScheduledSparkApplication
+    with a schedule) for the Kubeflow Spark operator: the job's module file in the image
+    as its main file, its arguments templated, retries as its restart policy, the driver
+    under the service account the Role binds, and pod templates (valid pods) whose
+    commands stand in for Spark's entrypoint: the driver's drops the `driver` argument
+    Spark gives and runs spark-submit in client mode (run here with a stand-in
+    spark-submit that prints what it got)."""
+    word_count = {**WORD_COUNT, "runner": "spark-operator", "backoffLimit": 2,
+                  "driverMemory": "2g"}
+    audit = {**AUDIT, "runner": "spark-operator", "suspend": True}
+    objects = render_jobs(helm, tmp_path, word_count, audit, EXPORT)
+    assert_valid(objects)
+    assert not [o for o in objects if o["metadata"]["name"].endswith(
+        ("-spark-word-count", "-spark-nightly-audit")) and o["kind"] in ("Job", "CronJob")]
+    named(objects, "Job", "-spark-export-clicks")  # (runner: job, the default)
+    app = named(objects, "SparkApplication", "-spark-word-count")
+    assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
+    spec = app["spec"]
+    assert set(spec) >= SPARK_APPLICATION_REQUIRED
+    assert (spec["type"], spec["mode"], spec["sparkVersion"]) == ("Python", "cluster", "4.3.0")
+    site = "/opt/gazette/lib/python3.11/site-packages"
+    assert spec["mainApplicationFile"] == f"local://{site}/gazette_spark/word_count.py"
+    assert (CHART.parents[1] / "spark-jobs" / "gazette_spark" / "word_count.py").is_file()
+    assert "python3 -m venv /opt/gazette" in (CHART.parents[1] / "Dockerfile").read_text()
+    assert spec["arguments"] == WORD_COUNT_ARGS
+    assert spec["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2,
+                                     "onSubmissionFailureRetries": 2}
+    driver, executor = spec["driver"], spec["executor"]
+    assert driver["memory"] == "2g" and executor == {**executor, "instances": 4,
+                                                     "memory": "3g", "cores": 1}
+    binding = named(objects, "RoleBinding", "-spark")
+    assert binding["subjects"][0]["name"] == driver["serviceAccount"]
+    assert env_of(driver)["GAZETTE_BROKER_ADDRESS"] == BROKER_ADDRESS
+    assert [e for e in driver["env"] if e["name"].startswith("AWS_")] == broker_s3_env(objects)
+    for template in (driver["template"], executor["template"]):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": template.get("metadata", {}),
+               "spec": {**template["spec"], "containers": [
+                   {"image": "gazette-spark", **c} for c in template["spec"]["containers"]]}}
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(pod, version, strict=True)
+    [container] = driver["template"]["spec"]["containers"]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "spark-submit").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fake / "spark-submit").chmod(0o755)
+    spark_args = ["driver", "--properties-file", "/opt/spark/conf/spark.properties",
+                  "--class", "org.apache.spark.deploy.PythonRunner",
+                  spec["mainApplicationFile"], *spec["arguments"]]
+    ran = subprocess.run([*container["command"], *spark_args], capture_output=True,
+                         text=True, check=True, timeout=30,
+                         env={"PATH": f"{fake}:/usr/bin:/bin",
+                              "SPARK_DRIVER_BIND_ADDRESS": "10.1.2.3"})
+    assert ran.stdout.splitlines() == ["--conf", "spark.driver.bindAddress=10.1.2.3",
+                                       "--deploy-mode", "client", *spark_args[1:]]
+    scheduled = named(objects, "ScheduledSparkApplication", "-spark-nightly-audit")
+    assert (scheduled["spec"]["schedule"], scheduled["spec"]["suspend"],
+            scheduled["spec"]["concurrencyPolicy"]) == ("0 3 * * *", True, "Forbid")
+    template = scheduled["spec"]["template"]
+    assert set(template) >= SPARK_APPLICATION_REQUIRED
+    assert template["restartPolicy"] == {"type": "Never"}
+    assert template["arguments"][-1].startswith("s3://")  # (the MinIO store, templated)
+
+
 def test_the_documented_values_examples_render_valid_jobs(helm: Helm, tmp_path: Path) -> None:
     """Each ```yaml example of docs/spark-on-kubernetes.md, as a values file (with MinIO,
     whose store one of them names), renders valid objects: one Job or CronJob per job."""
@@ -316,6 +391,13 @@ def test_the_documented_values_examples_render_valid_jobs(helm: Helm, tmp_path: 
         objects = render(helm, values)
         assert_valid(objects)
         for job in declared:
+            if job.get("runner") == "spark-operator":
+                kind = "ScheduledSparkApplication" if "schedule" in job else \
+                    "SparkApplication"
+                o = named(objects, kind, f"-spark-{job['name']}")
+                spec = o["spec"]["template"] if "schedule" in job else o["spec"]
+                assert spec["mainApplicationFile"].endswith(f"gazette_spark/{job['job']}.py")
+                continue
             kind = "CronJob" if "schedule" in job else "Job"
             o = named(objects, kind, f"-spark-{job['name']}")
             [main] = pod_of(o)["containers"]
