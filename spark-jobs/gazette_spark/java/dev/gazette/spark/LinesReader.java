@@ -5,7 +5,7 @@ import java.io.InputStream;
 import java.security.MessageDigest;
 
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -25,8 +25,7 @@ final class LinesReader implements PartitionReader<InternalRow> {
     private final int journalAt;
     private final int offsetAt;
     private final int valueAt;
-    private final Object[] values;
-    private final GenericInternalRow row;
+    private final UnsafeRowWriter writer;
 
     private byte[] buf = new byte[1 << 20];
     private long base; // the journal offset of buf[0]
@@ -43,11 +42,7 @@ final class LinesReader implements PartitionReader<InternalRow> {
         this.journalAt = index(schema, "journal");
         this.offsetAt = index(schema, "offset");
         this.valueAt = index(schema, "value");
-        this.values = new Object[schema.fields().length];
-        this.row = new GenericInternalRow(values);
-        if (journalAt >= 0) {
-            values[journalAt] = journal;
-        }
+        this.writer = new UnsafeRowWriter(schema.fields().length, 256);
     }
 
     private static int index(StructType schema, String name) {
@@ -89,16 +84,23 @@ final class LinesReader implements PartitionReader<InternalRow> {
         }
     }
 
+    /** The row of the line buf[start, stop), written as Spark's own row format (no
+     * object per line). */
     private void emit(int start, int stop) {
         int length = stop - start;
         if (length > 0 && buf[stop - 1] == CR) {
             length--;
         }
+        writer.reset();
+        writer.zeroOutNullBytes();
+        if (journalAt >= 0) {
+            writer.write(journalAt, journal);
+        }
         if (offsetAt >= 0) {
-            values[offsetAt] = base + start;
+            writer.write(offsetAt, base + start);
         }
         if (valueAt >= 0) {
-            values[valueAt] = UTF8String.fromBytes(buf, start, length);
+            writer.write(valueAt, buf, start, length);
         }
     }
 
@@ -144,7 +146,7 @@ final class LinesReader implements PartitionReader<InternalRow> {
 
     @Override
     public InternalRow get() {
-        return row;
+        return writer.getRow();
     }
 
     private void closeCursor() throws IOException {
