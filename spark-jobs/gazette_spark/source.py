@@ -172,15 +172,16 @@ class GazetteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     batch's offset to the end of its persisted fragments now, or, with
     ``maxBytesPerTrigger`` (``maxOffsetsPerTrigger``: the same, offsets are bytes), about
     that many bytes in whole fragments. Journals that appear later are read from their
-    earliest fragment. The query's progress reports each journal's persisted end
-    (``latestOffset``) beside where the batch ended."""
+    earliest fragment. The query's progress reports each journal's head as listed
+    (``latestOffset``: with ``broker=``, what is not persisted yet too) beside where the
+    batch ended."""
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts, self.schema = opts, schema
         #: The listing `latestOffset` made, for the `partitions` call that follows it
         #: (one listing per micro-batch, not two).
         self._found: planning.Found | None = None
-        #: Each journal's persisted end as last listed (`reportLatestOffset`).
+        #: Each journal's head as last listed (`reportLatestOffset`).
         self._available: dict[str, Any] | None = None
         #: With Trigger.AvailableNow: the ends when the query began (read no further).
         self._target: dict[str, int] | None = None
@@ -213,7 +214,10 @@ class GazetteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             the_plan.pieces = {j: ps for j, ps in the_plan.pieces.items()
                                if j in self._target}
             the_plan.ends = {j: e for j, e in the_plan.ends.items() if j in self._target}
-        self._available = {**start, **the_plan.ends}
+        # (The heads as listed: with broker=, its fragments not persisted yet count.)
+        self._available = {**start, **the_plan.ends, **{
+            j: max(f.end for f, _ in frags) for j, frags in found.items()
+            if frags and (self._target is None or j in self._target)}}
         latest: dict[str, Any] = dict(start)
         if isinstance(limit, ReadMaxBytes):
             latest.update(planning.admitted(the_plan, start, limit.max_bytes))

@@ -78,6 +78,17 @@ async def sqlite_on(client: JournalClient, log: str, root: Path, author: int,
     return store
 
 
+async def plays_to(client: JournalClient, log: str, root: Path, hints: Hints | None,
+                   want: dict[str, str]) -> None:
+    """A player makes the folder whose digest is `want`, from `hints` and from the
+    log's start (each into a folder of `root`)."""
+    for name, given in (("from-hints", hints), ("from-start", None)):
+        player = Player(client, log, root / name, given)
+        await player.play()
+        await player.finish()
+        assert digest(root / name) == want, name
+
+
 def rows(db: apsw.Connection) -> list[tuple[int, str]]:
     return [(int(k), str(v)) for k, v in db.execute("SELECT k, v FROM kv ORDER BY k")]
 
@@ -116,11 +127,7 @@ async def test_a_sqlite_store_is_rebuilt_byte_identical_with_its_checkpoint(
     assert hints is not None
 
     # From the hints, and from the log's start: the same bytes, a sound database.
-    for name, given in (("from-hints", hints), ("from-start", None)):
-        player = Player(client, log, tmp_path / name, given)
-        await player.play()
-        await player.finish()
-        assert digest(tmp_path / name) == want_files, name
+    await plays_to(client, log, tmp_path, hints, want_files)
     await store.close()
 
     successor = SQLiteStore(await take(client, log, tmp_path / "next", 0x52, hints),
@@ -225,11 +232,7 @@ async def test_a_rewrite_leaves_the_older_log_dead_and_plays_the_same(
     # What a player makes from the hints and from the log's start is the primary's
     # folder (the database as rewritten, the WAL since), and a sound database.
     want = digest(tmp_path / "primary")
-    for name, given in (("from-hints", hints), ("from-start", None)):
-        player = Player(client, log, tmp_path / name, given)
-        await player.play()
-        await player.finish()
-        assert digest(tmp_path / name) == want, name
+    await plays_to(client, log, tmp_path, hints, want)
     await store.close()
     successor = SQLiteStore(await take(client, log, tmp_path / "next", 0x92,
                                        hints))
@@ -324,11 +327,7 @@ async def test_checkpoints_during_a_rewrite_play_the_same(
     want_rows, want_files = rows(store.db), digest(tmp_path / "primary")
     hints = await folder.recorder.commit(hints=True)
     await store.close()
-    for name, given in (("from-hints", hints), ("from-start", None)):
-        player = Player(client, log, tmp_path / name, given)
-        await player.play()
-        await player.finish()
-        assert digest(tmp_path / name) == want_files, name
+    await plays_to(client, log, tmp_path, hints, want_files)
     successor = await sqlite_on(client, log, tmp_path / "next", 0xE2, hints)
     assert rows(successor.db) == want_rows
     assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -543,11 +542,7 @@ async def test_commits_recorded_whole_and_as_patches_interleaved_play_the_same(
         kinds.update(op.kind.name + ("-reading" if op.path else "")
                      for op, _ in decoder.feed(chunk.content))
     assert {"WRITE", "PATCH-reading", "COPY"} <= kinds, kinds
-    for name, given in (("from-hints", hints), ("from-start", None)):
-        player = Player(client, log, tmp_path / name, given)
-        await player.play()
-        await player.finish()
-        assert digest(tmp_path / name) == want_files, name
+    await plays_to(client, log, tmp_path, hints, want_files)
     successor = await sqlite_on(client, log, tmp_path / "next", 0xE8, hints)
     assert rows(successor.db) == want_rows
     assert successor.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
