@@ -28,10 +28,11 @@ def register(spark: Any) -> None:
     spark.dataSource.register(GazetteDataSource)
 
 
-def read(spark: Any, schema: Any = None, **options: str) -> Any:
+def read(spark: Any, reader_schema: Any = None, /, **options: str) -> Any:
     """A DataFrame of the journals `options` select, as ``spark.read.format("gazette")
-    .options(**options).load()`` gives (the same rows, columns and errors; `schema`: a
-    reader schema, as ``.schema(...)``), read by the JVM where it can (framing=lines,
+    .options(**options).load()`` gives (the same rows, columns and errors;
+    `reader_schema`: as ``.schema(...)``; the ``schema`` option stays the JSON documents'),
+    read by the JVM where it can (framing=lines,
     every codec) and by the ``gazette`` source otherwise (registered here if need be).
     The native path plans here, now: the DataFrame reads the fragments found now each
     time it runs (as Spark's file sources keep the files they listed)."""
@@ -40,12 +41,13 @@ def read(spark: Any, schema: Any = None, **options: str) -> Any:
 
     opts = ReadOptions.parse(options)
     given = None
-    if schema is not None:
+    if reader_schema is not None:
         from pyspark.sql.types import StructType
 
-        given = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+        given = reader_schema if isinstance(reader_schema, StructType) else \
+            StructType.fromDDL(reader_schema)
         if not isinstance(given, StructType):
-            raise TypeError(f"schema: {schema!r} is not a struct of columns")
+            raise TypeError(f"reader_schema: {reader_schema!r} is not a struct of columns")
         check_schema(given, opts)
     why = native.natively(opts)
     if not why:
@@ -58,7 +60,7 @@ def read(spark: Any, schema: Any = None, **options: str) -> Any:
         log.info("gazette: reading through the Python source: %s", why)
         register(spark)
         reader = spark.read.format("gazette").options(**options)
-        return (reader.schema(schema) if schema is not None else reader).load()
+        return (reader.schema(given) if given is not None else reader).load()
     reader = spark.read.format(native.CLASS).option("slices", slices)
     if given is not None:
         reader = reader.schema(given)

@@ -3,7 +3,8 @@ containers run as the kubelet would run them (tests/fixtures/release.py says exa
 this differs from a cluster), the gazette containers from the built images' own roots.
 
 Two value sets: the chart's defaults with MinIO and the consumer on (README's ``helm
-install`` plus the word-count consumer and a Spark job), and a production-like file
+install`` plus the word-count consumer and a Spark job, whose counts agree word for
+word), and a production-like file
 (ci/production-values.yaml: images from a registry, three etcd members with volumes,
 three brokers, two operators, an S3 bucket of our own, an application image built FROM
 the consumer image, a CronJob export). For each: etcd, MinIO's stand-in, the brokers,
@@ -385,7 +386,8 @@ async def test_default_values(helm: Helm, images: dict[str, Image], tmp_path: Pa
     rendered = render(
         helm, *QUICK_START.helm_args,
         "--set-json", 'sparkJobs.jobs=[{"name":"word-count","job":"word_count","args":'
-        '["--journals","name=examples/word-count/lines","--output","/tmp/word-count"]}]')
+        '["--journals","name=examples/word-count/lines","--output","/tmp/word-count",'
+        '"--field","text"]}]')
     async with api_server(tmp_path) as (_kube, url, ca, context):
         kubectl = Kubectl(url, context)
         await kubectl.apply({"apiVersion": "v1", "kind": "Node", "metadata": {
@@ -403,6 +405,20 @@ async def test_default_values(helm: Helm, images: dict[str, Image], tmp_path: Pa
                          .glob("*.csv"))
             counted = f"{QUICK_START.word},{QUICK_START.count}"
             assert counted in csv.read_text().replace('"', ""), csv.read_text()
+            # The two word counts agree: every word the Spark job counted, the consumer's
+            # shards count alike (asked on a consumer pod's query route).
+            spark_counts = {row[0]: int(row[1]) for row in
+                            (line.replace('"', "").split(",") for line in
+                             csv.read_text().splitlines()[1:]) if row[0]}
+            [consumer_pod, *_] = pods_of(release, "consumer")
+            port = release.pods[consumer_pod].port("http")
+            consumer_counts = {}
+            for word in spark_counts:
+                code, body = await asyncio.to_thread(
+                    http, "GET", f"http://127.0.0.1:{port}/word-count/{word}")
+                assert code == 200, (word, body)
+                consumer_counts[word] = json.loads(body)["count"]
+            assert len(spark_counts) > 1 and consumer_counts == spark_counts
             await helm_uninstall(release, kubectl, rendered)
             await asyncio.to_thread(stops_cleanly, release)
         finally:

@@ -36,6 +36,7 @@ children:
   - name: jobs/a
   - name: jobs/b
     fragment: {compression_codec: GZIP}
+  - name: jobs/messages
 """
 TEXT = {
     "jobs/a": [b"The quick brown fox\njumps over the lazy dog\n", b"Fox, fox! THE end\n"],
@@ -69,6 +70,39 @@ async def test_word_count_equals_the_consumers_rule(spark: Any, stores: str,
         got[word] = int(count)
     text = b"".join(b"".join(p) for p in TEXT.values()).decode()
     assert got == dict(Counter(re.findall(r"\w+", text.lower())))
+
+
+async def test_word_count_of_a_field_counts_what_the_consumer_counts(
+        spark: Any, broker_server: BrokerServer, tmp_path: Path) -> None:
+    """--field text: the words of JSON messages' text field, each committed message once
+    (a re-sent duplicate is not counted twice), by the word-count consumer's own rule."""
+    from gazette.message import JsonMessage, framing_for
+    from gazette.message.uuid import Flags, build, to_str
+    from gazette_consumer.examples.word_count import words
+
+    texts = ["The quick brown fox", "fox, FOX! the end", "", "café au lait"]
+    docs = [JsonMessage(uuid=to_str(build(7, (i + 1) << 4, Flags.OUTSIDE_TXN)), text=t)
+            for i, t in enumerate(texts)]
+    resent = docs[:2]  # (an append sent again: the Sequencer drops it)
+    encode = framing_for("application/x-ndjson").encode
+    await broker_server.apply_yaml(SPECS)
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "jobs/messages",
+                      [encode(docs), encode(resent)])
+    stores = Path(broker_server.file_root or "").as_uri() + "/"
+    out = tmp_path / "counts"
+    code = await run(lambda: word_count.run(["--journals", "name=jobs/messages", "--stores",
+                                             stores, "--output", str(out), "--field",
+                                             "text"]))
+    assert code == 0
+    [csv] = list(out.glob("part-*.csv"))
+    got = {w: int(n) for w, n in (line.rsplit(",", 1) for line in
+                                  csv.read_text().splitlines()[1:])}
+    assert got == dict(Counter(w for t in texts for w in words(t)))
+    assert got["fox"] == 3
+    with pytest.raises(SystemExit):
+        word_count.run(["--journals", "name=jobs/messages", "--stores", stores, "--output",
+                        str(out), "--field", "text; drop"])
 
 
 async def test_export_resumes_where_its_last_run_ended(
