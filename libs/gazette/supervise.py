@@ -46,6 +46,19 @@ def retrieved(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
+def settle(fut: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    """Resolve `fut` as `done` was (a done-callback of `done`, with `fut` bound: a
+    future that follows another without a task); nothing if `fut` is done already."""
+    if fut.done():
+        return
+    if done.cancelled():
+        fut.cancel()
+    elif (err := done.exception()) is not None:
+        fut.set_exception(err)
+    else:
+        fut.set_result(done.result())
+
+
 def await_chain(task: asyncio.Future[Any]) -> str:
     """Where a task waits: each coroutine it awaits, innermost last (a task's own stack
     shows only its outermost frame)."""

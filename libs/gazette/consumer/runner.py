@@ -65,7 +65,7 @@ from gazette.message import (
 from gazette.protocol import JournalSpec, ShardSpec
 from gazette.recoverylog import Player, RecordedFolder
 from gazette.recoverylog import Progress as PlayProgress
-from gazette.supervise import cancel_and_wait
+from gazette.supervise import cancel_and_wait, settle
 
 log = logging.getLogger(__name__)
 
@@ -139,25 +139,13 @@ class _Appends:
         appends from now on at once)."""
         held = self._held.popleft() if self._held else []
         for journal, data, fut in held:
-            self.inner.append(journal, data).add_done_callback(functools.partial(_settle, fut))
+            self.inner.append(journal, data).add_done_callback(functools.partial(settle, fut))
 
     def drop(self) -> None:
         """The run ends: what was held is never appended."""
         while self._held:
             for _, _, fut in self._held.popleft():
                 fut.cancel()
-
-
-def _settle(fut: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
-    """Resolve `fut` as `done` was."""
-    if fut.done():
-        return
-    if done.cancelled():
-        fut.cancel()
-    elif (err := done.exception()) is not None:
-        fut.set_exception(err)
-    else:
-        fut.set_result(done.result())
 
 
 async def _maybe(result: Any) -> Any:

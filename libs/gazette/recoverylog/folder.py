@@ -14,12 +14,14 @@ Names are relative to the folder (``a.db``, ``sub/b.json``); the played folder a
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path, PurePosixPath
 
 from gazette.errors import ValidationError
 from gazette.recoverylog.fsm import Hints
 from gazette.recoverylog.recorder import Recorder, Sealed
+from gazette.supervise import settle
 
 
 def _relative(name: str) -> str:
@@ -133,20 +135,15 @@ class RecordedFolder:
     def landing(self, sealed: Sealed) -> asyncio.Future[None]:
         """`land(sealed)` without a task (one less for each of a store's commits): a
         future done once it landed. Its last frame must be encoded (`Sealed.tail`)."""
-        done = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def landed(fut: asyncio.Future[None]) -> None:
-            if done.done():
-                return
-            if fut.cancelled():
-                done.cancel()
-            elif (err := fut.exception()) is not None:
-                done.set_exception(err)
-            else:
+        def took(landed: asyncio.Future[None]) -> None:
+            if not landed.cancelled() and landed.exception() is None:
                 self._took(sealed.hints)
-                done.set_result(None)
 
-        self.recorder.release(sealed).add_done_callback(landed)
+        landed = self.recorder.release(sealed)
+        landed.add_done_callback(took)  # (first: the hints are the folder's when done is)
+        landed.add_done_callback(functools.partial(settle, done))
         return done
 
     def _took(self, hints: Hints | None) -> None:
