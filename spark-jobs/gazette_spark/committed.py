@@ -5,18 +5,19 @@ Duplicates, rolled-back messages and ACKs never reach Spark; what does is exactl
 whose UUIDs are all OUTSIDE_TXN (committed publishing, the common case) from producers
 with nothing pending is settled by numpy: such a message commits iff its clock is above
 its producer's running last ACK. Other blocks go through the Sequencer a message at a
-time, and its replays are served by reading the journal range again.
+time, and its replays are served by reading the journal range again. A stream's
+micro-batch starts from the producers' states its offset kept (`stream_state`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from gazette.message import Envelope, ReplayRequired, Sequencer
+from gazette.message import PRUNE_HORIZON, Envelope, ProducerState, ReplayRequired, Sequencer
 from gazette_spark.decode import Block
 
 #: Ring of the Sequencer: messages of open transactions held before a commit must
@@ -30,10 +31,11 @@ Replay = Callable[[int, int], Iterator[Block]]
 class CommittedReader:
     """Keeps the committed messages of one journal's blocks, fed in order."""
 
-    def __init__(self, journal: str, replay: Replay) -> None:
+    def __init__(self, journal: str, replay: Replay,
+                 states: Iterable[ProducerState] = ()) -> None:
         self.journal = journal
         self.replay = replay
-        self.sequencer = Sequencer(buffer=RING)
+        self.sequencer = Sequencer(states, buffer=RING)
         self.fast_blocks = self.slow_blocks = 0
 
     def feed(self, block: Block) -> np.ndarray | list[dict[str, Any]]:
@@ -51,6 +53,10 @@ class CommittedReader:
         for env in _envelopes(self.journal, block):
             seq.queue(env)
         return [env.message for env in self._drain()]
+
+    def states(self) -> list[ProducerState]:
+        """Each producer's state after the blocks fed (what a stream's offset keeps)."""
+        return self.sequencer.producer_states(PRUNE_HORIZON)
 
     def _settle(self, block: Block) -> np.ndarray | None:
         uu = block.uuids

@@ -152,9 +152,6 @@ class ReadOptions:
         if read_committed and not FRAMINGS[framing]:
             raise OptionError("readCommitted", f"framing={framing} carries no message "
                               "UUIDs: use json, csv or fixed")
-        if read_committed and streaming:
-            raise OptionError("readCommitted", "supported in batch reads only (a stream "
-                              "would need the Sequencer's state in its checkpoint)")
         limits = [_int(opts, name, 0, 1, _MAX_OFFSET)
                   for name in ("maxBytesPerTrigger", "maxOffsetsPerTrigger")
                   if name.lower() in opts]

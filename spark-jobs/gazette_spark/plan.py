@@ -72,6 +72,12 @@ class Slice:
 
     journal: str
     pieces: tuple[Piece, ...]
+    #: Read committed in a stream: where the micro-batch starts (pieces before it are
+    #: read only to replay transactions pending there: -1, none are) ...
+    begin: int = -1
+    #: ... and each producer's Sequencer state there: (producer, last ACK clock, begin
+    #: of its pending messages or -1, clock last seen), as `ProducerState` keeps them.
+    states: tuple[tuple[int, int, int, int], ...] = ()
 
     @property
     def size(self) -> int:

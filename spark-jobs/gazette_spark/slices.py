@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from gazette.client import fetch_fragment
 from gazette.fragment import CodecError, CorruptFragment
 from gazette.fragment.store import FileStore, FragmentStore, StoreError
+from gazette.message import ProducerState
 from gazette_spark.committed import CommittedReader
 from gazette_spark.decode import Block, Decoder, decoder_for
 from gazette_spark.options import ReadOptions
@@ -233,13 +234,31 @@ class SliceReader:
                  self.journal, pieces[0].begin, pieces[-1].end, self.fragments,
                  self.bytes / (1 << 20), self.rows, time.monotonic() - started)
 
-    def _committed(self) -> Iterator[pa.RecordBatch]:
+    def _committed_reader(self) -> CommittedReader:
         def replay(begin: int, end: int) -> Iterator[Block]:
             again = SliceReader(self.slice, self.opts, self.schema)
             return again.blocks(self.slice.pieces, begin, end)
 
-        reader = CommittedReader(self.journal, replay)
-        for block in self.blocks(self.slice.pieces):
+        states = [ProducerState(self.journal, *st) for st in self.slice.states]
+        return CommittedReader(self.journal, replay, states)
+
+    def _new_blocks(self) -> Iterator[Block]:
+        """The blocks of the slice from its `begin` (a stream's pieces before it are
+        there only to be replayed)."""
+        return self.blocks(self.slice.pieces, max(self.slice.begin, 0))
+
+    def sequenced(self) -> list[tuple[int, int, int, int]]:
+        """Each producer's Sequencer state at the slice's end, read committed (on a
+        stream's driver: what the micro-batch's offset keeps for the next)."""
+        reader = self._committed_reader()
+        for block in self._new_blocks():
+            reader.feed(block)
+        return [(st.producer, st.last_ack, st.begin, st.last_seen)
+                for st in reader.states()]
+
+    def _committed(self) -> Iterator[pa.RecordBatch]:
+        reader = self._committed_reader()
+        for block in self._new_blocks():
             out = reader.feed(block)
             if isinstance(out, np.ndarray):
                 kept = int(out.sum())

@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 
 from gazette.errors import ValidationError
 from gazette_spark import plan as planning
+from gazette_spark import stream_state
 from gazette_spark.options import EARLIEST, LATEST, Offsets, ReadOptions
 from gazette_spark.slices import SliceReader
 
@@ -174,7 +175,8 @@ class GazetteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     that many bytes in whole fragments. Journals that appear later are read from their
     earliest fragment. The query's progress reports each journal's head as listed
     (``latestOffset``: with ``broker=``, what is not persisted yet too) beside where the
-    batch ended."""
+    batch ended. Read committed, each offset keeps the Sequencer's state too
+    (`stream_state`)."""
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts, self.schema = opts, schema
@@ -188,7 +190,7 @@ class GazetteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         the_plan, _ = _plan(self.opts)
-        return dict(the_plan.starts)
+        return stream_state.encode(the_plan.starts, {}, self.opts.read_committed)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         budget = self.opts.max_bytes_per_trigger
@@ -203,34 +205,47 @@ class GazetteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: Any = None) -> dict[str, Any]:
-        start = {j: int(o) for j, o in (start or {}).items()}
+        start = start or {}
+        begins = stream_state.ends_of(start)
         opts = _unbounded(self.opts)
         if self._target is not None:  # (journals found since are left for later runs)
-            opts = _ending_at(opts, {j: self._target.get(j, start.get(j, 0))
-                                     for j in {*self._target, *start}})
+            opts = _ending_at(opts, {j: self._target.get(j, begins.get(j, 0))
+                                     for j in {*self._target, *begins}})
         found = self._found = asyncio.run(planning.discover(self.opts))
-        the_plan = planning.plan(found, opts, start)
+        the_plan = planning.plan(found, opts, begins)
         if self._target is not None:
             the_plan.pieces = {j: ps for j, ps in the_plan.pieces.items()
                                if j in self._target}
             the_plan.ends = {j: e for j, e in the_plan.ends.items() if j in self._target}
         # (The heads as listed: with broker=, its fragments not persisted yet count.)
-        self._available = {**start, **the_plan.ends, **{
+        self._available = {**begins, **the_plan.ends, **{
             j: max(f.end for f, _ in frags) for j, frags in found.items()
             if frags and (self._target is None or j in self._target)}}
-        latest: dict[str, Any] = dict(start)
+        latest = dict(begins)
         if isinstance(limit, ReadMaxBytes):
-            latest.update(planning.admitted(the_plan, start, limit.max_bytes))
+            latest.update(planning.admitted(the_plan, begins, limit.max_bytes))
         else:
             latest.update(the_plan.ends)
-        return latest
+        states = stream_state.states_of(start)
+        if self.opts.read_committed:
+            states.update(stream_state.sequence(stream_state.committed_slices(
+                found, _ending_at(_unbounded(self.opts), latest), start, latest),
+                self.opts))
+        return stream_state.encode(latest, states, self.opts.read_committed)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> list[InputPartition]:
-        opts = _ending_at(_unbounded(self.opts), end)
+        ends = stream_state.ends_of(end)
+        opts = _ending_at(_unbounded(self.opts), ends)
         found, self._found = self._found, None
-        _, slices = _plan(opts, {j: int(o) for j, o in start.items()}, found)
-        return [SlicePartition(s) for s in slices]
+        if self.opts.read_committed:
+            if found is None:
+                found = asyncio.run(planning.discover(opts))
+            slices = stream_state.committed_slices(found, opts, start, ends)
+        else:
+            _, slices = _plan(opts, stream_state.ends_of(start), found)
+        # (Journals listed since the batch's end was chosen are left for the next.)
+        return [SlicePartition(s) for s in slices if s.journal in ends]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.opts, self.schema)

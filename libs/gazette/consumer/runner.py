@@ -52,6 +52,7 @@ from gazette.consumer.recovery import Recovery, run_recovered
 from gazette.consumer.store import Store
 from gazette.errors import GazetteError
 from gazette.message import (
+    PRUNE_HORIZON,
     AckIntent,
     AppendClient,
     Envelope,
@@ -87,11 +88,6 @@ LAG_BYTES = Gauge("gazette_consumer_lag_bytes",
 #: Batches (each up to about a read chunk of messages) read ahead per shard.
 READ_AHEAD_BATCHES = 8
 
-#: Seconds a producer may be silent, behind the newest producer of its journal, before
-#: a shard's checkpoint (and Sequencer) forgets it, as Gazette's do: every restart of a
-#: publisher makes a new producer id, and the old one's state would be kept for ever.
-#: A forgotten producer's messages, if any came, would be read as a new producer's.
-PRUNE_HORIZON = 24 * 3600.0
 
 Batch = tuple[str, list[Envelope]]
 #: Reads the envelopes of a journal from one offset to another (the Sequencer's replay).

@@ -37,7 +37,12 @@ from gazette.message.publisher import (
     Publisher,
 )
 from gazette.message.reader import drain, read_committed, read_uncommitted
-from gazette.message.sequencer import ProducerState, ReplayRequired, Sequencer
+from gazette.message.sequencer import (
+    PRUNE_HORIZON,
+    ProducerState,
+    ReplayRequired,
+    Sequencer,
+)
 from gazette.message.types import (
     AtLeastOnce,
     CsvRecord,
@@ -48,6 +53,7 @@ from gazette.message.types import (
 from gazette.message.uuid import Clock, Flags, ProducerId, new_producer_id
 
 __all__ = [
+    "PRUNE_HORIZON",
     "AckIntent",
     "AppendClient",
     "AtLeastOnce",

@@ -32,6 +32,11 @@ _PRODUCER_MASK = 0xFFFFFFFFFFFF
 _FLAG_CONTINUE, _FLAG_ACK = 0x1, 0x2
 #: Clock units (100 ns ticks, 4 counter bits) per second, for prune horizons.
 CLOCK_UNITS_PER_SECOND = 10_000_000 << 4
+#: Seconds a producer may be silent, behind the newest producer of its journal, before
+#: a checkpoint (a shard's, a Spark stream's) forgets it, as Gazette's do: every restart
+#: of a publisher makes a new producer id, and the old one's state would be kept for
+#: ever. A forgotten producer's messages, if any came, would be read as a new producer's.
+PRUNE_HORIZON = 24 * 3600.0
 
 
 def _clock(u: int) -> int:

@@ -13,9 +13,9 @@ import pytest
 
 from gazette.client import AppendQueue, JournalClient
 from gazette.consumer import Application, Checkpoint, Shard, ShardRunner
-from gazette.consumer.runner import PRUNE_HORIZON
 from gazette.consumer.store import MemoryStore
 from gazette.message import (
+    PRUNE_HORIZON,
     Clock,
     Envelope,
     JsonMessage,

@@ -320,6 +320,57 @@ async def test_read_committed_equals_the_message_library_reader(
     assert everything == sum(len(p.splitlines()) for p in parts)
 
 
+async def test_a_committed_stream_equals_the_batch_read_committed_result(
+        spark: Any, broker_server: BrokerServer, tmp_path: Path) -> None:
+    """A fragment a micro-batch (maxBytesPerTrigger), so transactions, duplicates and
+    roll-backs fall across batches, and the query stopped after three batches and
+    resumed from its checkpoint: the stream's rows are the batch read's, each once. An
+    offset keeps a pending transaction's begin (the next batch replays it when its ACK
+    comes)."""
+    import time
+
+    await broker_server.apply_yaml(SPECS)
+    parts = transactional_stream()
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "spark/events", parts)
+    options = {"stores": store_url(broker_server), "journals": "name=spark/events",
+               "framing": "json", "readCommitted": "true", "schema": "n bigint"}
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start(**trigger: Any) -> Any:
+        df = spark.readStream.format("gazette").options(
+            **options, maxBytesPerTrigger="1").load()
+        return (df.writeStream.format("parquet").option("path", str(out))
+                .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+
+    def some() -> list[Any]:
+        query = start(processingTime="0 seconds")
+        deadline = time.monotonic() + 120
+        while len(query.recentProgress) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the query's progress under a deadline
+        query.stop()
+        return list(query.recentProgress)
+
+    def rest() -> list[Any]:
+        query = start(availableNow=True)
+        query.awaitTermination(180)
+        assert not query.isActive and query.exception() is None, query.exception()
+        return list(query.recentProgress)
+
+    progress = await run(some) + await run(rest)
+    assert len(progress) == len(parts)  # (a fragment a batch, none twice)
+    ends = [json.loads(p.sources[0].endOffset)["spark/events"] for p in progress]
+    assert any(begin >= 0 for end in ends for _, _, begin, _ in end["producers"])
+
+    def table(df: Any) -> list[tuple[int, str, int | None]]:
+        return sorted((r["offset"], r["value"], r["data"]["n"]) for r in df.collect())
+
+    batch = spark.read.format("gazette").options(**options)
+    want = await run(lambda: table(batch.load()))
+    assert 300 < len(want) < 400
+    assert await run(lambda: table(spark.read.parquet(str(out)))) == want
+
+
 # -- partitions ---------------------------------------------------------------------------
 
 async def test_a_large_fragment_is_split_and_read_whole(

@@ -80,10 +80,11 @@ def test_bad_options_are_refused_naming_them(options: dict[str, str], field: str
 
 
 def test_streams_refuse_what_only_batches_do() -> None:
-    for extra in ({"readCommitted": "true", "framing": "json"},
-                  {"endingOffsets": "latest"}):
-        with pytest.raises(OptionError):
-            ReadOptions.parse({"stores": "file:///a/", **extra}, streaming=True)
+    with pytest.raises(OptionError, match="endingOffsets"):
+        ReadOptions.parse({"stores": "file:///a/", "endingOffsets": "latest"},
+                          streaming=True)
+    assert ReadOptions.parse({"stores": "file:///a/", "readCommitted": "true",
+                              "framing": "json"}, streaming=True).read_committed
     assert ReadOptions.parse({"stores": "file:///a/", "startingOffsets": "latest"},
                              streaming=True).starting.default == LATEST
 
@@ -415,3 +416,24 @@ def test_split_parts_own_each_line_once(target: int, tmp_path: Any) -> None:
         want.append((offset, line.decode()))
         offset += len(line) + 1
     assert got == want
+
+
+# -- stream offsets ----------------------------------------------------------------------
+
+def test_stream_offsets_keep_producer_states_read_committed_and_refuse_others() -> None:
+    from gazette_spark.stream_state import OffsetError, encode, ends_of, states_of
+
+    states = {"a/b": ((7, 1 << 60, 100, 0), (9, 5, -1, 6))}
+    committed = encode({"a/b": 120, "a/c": 0}, states, committed=True)
+    assert json.loads(json.dumps(committed)) == committed
+    assert ends_of(committed) == {"a/b": 120, "a/c": 0}
+    assert states_of(committed) == {**states, "a/c": ()}
+    plain = encode({"a/b": 120}, states, committed=False)
+    assert plain == {"a/b": 120} and states_of(plain) == {"a/b": ()}
+    for bad, reason in [({"a": -1}, "neither"), ({"a": "12"}, "neither"),
+                        ({"a": {"producers": []}}, "neither"), ({"a": True}, "neither"),
+                        ({"a": {"end": 1, "producers": [[1, 2, 3]]}}, "lists of integers"),
+                        ({"a": {"end": 1, "producers": "x"}}, "lists of integers")]:
+        with pytest.raises(OffsetError, match=reason) as err:
+            states_of(bad) if reason != "neither" else ends_of(bad)
+        assert "stream offset of 'a'" in str(err.value)
