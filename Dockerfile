@@ -23,7 +23,7 @@ ENV VIRTUAL_ENV=/opt/gazette \
 RUN python3 -m venv /opt/gazette && python -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version'
 
 # --- deps: the distribution's dependencies and the extras its documented applications use
-# (PostgreSQL, SQLite on a recovery log, pydantic messages) and the build backend, from
+# (PostgreSQL, SQLite on a recovery log, pydantic messages, Iceberg tables) and the build backend, from
 # pyproject.toml alone, so
 # this layer is rebuilt only when the dependencies change. A build behind a TLS-inspecting
 # proxy passes its CA bundle as the secret `pip-cert` (`make images` does); pip's downloads
@@ -32,7 +32,7 @@ FROM python AS deps
 COPY pyproject.toml /src/pyproject.toml
 RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-cert \
     if [ -s /run/secrets/pip-cert ]; then export PIP_CERT=/run/secrets/pip-cert; fi \
-    && python -c 'import tomllib; t = tomllib.load(open("/src/pyproject.toml", "rb")); p = t["project"]; extras = p["optional-dependencies"]; print("\n".join(t["build-system"]["requires"] + p["dependencies"] + [r for e in ("postgres", "sqlite", "apps") for r in extras[e] if not r.startswith("gazette-py")]))' > /src/requirements.txt \
+    && python -c 'import tomllib; t = tomllib.load(open("/src/pyproject.toml", "rb")); p = t["project"]; extras = p["optional-dependencies"]; print("\n".join(t["build-system"]["requires"] + p["dependencies"] + [r for e in ("postgres", "sqlite", "apps", "iceberg") for r in extras[e] if not r.startswith("gazette-py")]))' > /src/requirements.txt \
     && pip install --disable-pip-version-check -r /src/requirements.txt
 
 # --- build: the one distribution (pyproject.toml) into the environment. One distribution,

@@ -7,8 +7,10 @@ small alphabet. Every check raises `ValidationError` naming the field and the re
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 import string
+from typing import Any
 
 from gazette.errors import ValidationError, short_repr
 
@@ -124,3 +126,18 @@ def validate_etcd_prefix(value: object, field: str = "etcd_prefix") -> str:
         raise ValidationError(field, f"{short_repr(value)} must begin with '/'")
     validate_path(value[1:], field, 1, 512)
     return value
+
+
+def load_attr(spec: str, field: str) -> Any:
+    """The object ``module:attr`` names (``attr`` may be dotted), for options that name
+    code (a message class, a topic); `ValidationError` naming `field` if it cannot."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValidationError(field, f"{short_repr(spec)} is not module:attribute")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise ValidationError(field, f"{short_repr(spec)} cannot be loaded: {err}") from err
+    return obj

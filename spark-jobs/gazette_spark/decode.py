@@ -19,7 +19,6 @@ message library's readers do.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from gazette.message import Frame, framing_for
+from gazette.names import load_attr
 from gazette_spark.uuids import UuidColumns, from_ints, parse_text_column, text_of
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class FramingDecoder(Decoder):
         super().__init__(journal)
         options: dict[str, Any] = {}
         if message_type:
-            options["message_type"] = load_attr(message_type)
+            options["message_type"] = load_attr(message_type, "messageType")
         self.framing = framing_for(content_type, **options)
         self.binary = binary
 
@@ -279,15 +279,6 @@ def _next_line_starts(arr: np.ndarray, ends: np.ndarray, used: int) -> np.ndarra
         idx = np.searchsorted(nl, ends)
         out = np.where(idx < len(nl), nl[np.minimum(idx, len(nl) - 1)] + 1, used)
     return out.astype(np.int64)
-
-
-def load_attr(spec: str) -> Any:
-    """The object ``module:attr`` names."""
-    module, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def decoder_for(journal: str, framing: str, message_type: str = "",

@@ -47,10 +47,13 @@ class Member:
     env: dict[str, str]
     security: ClusterSecurity
     port: int = field(default_factory=free_port)
+    #: The application served (stream-sum's shards, whatever it does with them).
+    app: str = APP_MODULE
     process: Process = field(init=False)
 
     def __post_init__(self) -> None:
-        argv = [sys.executable, "-m", "gazette_consumer", "serve", "--app", APP_MODULE,
+        argv = [sys.executable, "-m", "gazette_consumer", "serve", "--app", self.app,
+                "--app-name", APP,
                 "--consumer.zone", self.zone, "--consumer.id", self.name,
                 "--consumer.host", "127.0.0.1", "--consumer.bind", "127.0.0.1",
                 "--consumer.port", str(self.port), "--consumer.http-port", str(free_port()),
@@ -81,9 +84,10 @@ class Cluster:
     def target(self) -> str:
         return "ipv4:" + ",".join(b.address for b in self.brokers)
 
-    def member(self, name: str, env: dict[str, str], zone: str = "zone-a") -> Member:
+    def member(self, name: str, env: dict[str, str], zone: str = "zone-a",
+               app: str = APP_MODULE) -> Member:
         member = Member(zone, name, self.workdir, self.etcd.endpoint, self.target, env,
-                        self.security)
+                        self.security, app=app)
         self.members.append(member)
         member.process.start()
         return member

@@ -15,20 +15,19 @@ from gazette.consumer.app_services import AppServices, NoShardPrimary
 from gazette.consumer.app_shard import Progress, Shard
 from gazette.consumer.checkpoint import Checkpoint
 from gazette.consumer.runner import ShardRunner, SourceError
-from gazette.consumer.store import JSONFileStore, MemoryStore, Store
+from gazette.consumer.store import JSONFileStore, MemoryStore, Store, StoreFenced
 
 if TYPE_CHECKING:  # typed for checkers; loaded on first use (below)
-    from gazette.consumer.sql import SQLStore, StoreFenced
+    from gazette.consumer.sql import SQLStore
     from gazette.consumer.sqlite import SQLiteStore
 
 
 def __getattr__(name: str) -> Any:
-    """`SQLStore` and `StoreFenced` load psycopg, `SQLiteStore` apsw: only when asked
-    for."""
-    if name in ("SQLStore", "StoreFenced"):
+    """`SQLStore` loads psycopg, `SQLiteStore` apsw: only when asked for."""
+    if name == "SQLStore":
         from gazette.consumer import sql
 
-        return getattr(sql, name)
+        return sql.SQLStore
     if name == "SQLiteStore":
         from gazette.consumer import sqlite
 

@@ -37,16 +37,12 @@ import psycopg
 from psycopg import sql
 
 from gazette.consumer.checkpoint import Checkpoint
-from gazette.errors import GazetteError, ValidationError
+from gazette.consumer.store import StoreFenced
+from gazette.errors import ValidationError
 from gazette.names import validate_token
 
 #: Seconds a connection may take to open, and a statement to run.
 CONNECT_TIMEOUT, STATEMENT_TIMEOUT = 10, 30.0
-
-
-class StoreFenced(GazetteError):
-    """Another process restored this shard's checkpoint since this store did: its
-    transaction was rolled back."""
 
 
 class SQLStore:

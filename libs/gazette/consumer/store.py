@@ -33,8 +33,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gazette.consumer.checkpoint import Checkpoint
-from gazette.errors import ValidationError
+from gazette.errors import GazetteError, ValidationError
 from gazette.recoverylog import RecordedFolder
+
+
+class StoreFenced(GazetteError):
+    """Another process restored this shard's checkpoint since this store did: its
+    transaction was rolled back."""
 
 
 class Store(Protocol):
