@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -164,6 +165,13 @@ async def test_a_forwarded_append_cut_before_its_commit_says_nothing_was_written
     assert await read_all(primary, "cluster/r2") == b"committed\n"
 
 
+async def stopped_with_the_store_down(server: BrokerServer) -> None:
+    """`server` drained and stopped, giving up its unpersisted content after a moment
+    (its store is down: the test's point), not after the usual persist timeout."""
+    server.config = dataclasses.replace(server.config, persist_timeout=0.5)
+    await server.stop()
+
+
 async def joined_past_a_gap(cluster: list[BrokerServer], tmp_path: Path, content: bytes
                             ) -> tuple[BrokerServer, Path, Path]:
     """cluster/r2 with `content` appended while its store was down (it stays down), then
@@ -182,12 +190,20 @@ async def joined_past_a_gap(cluster: list[BrokerServer], tmp_path: Path, content
     store.write_text("the store is down\n")  # uploads fail meanwhile
     async with JournalClient(leaving.grpc_address) as client:
         await client.append("cluster/r2", content)
-    await leaving.stop()  # drained: the newcomer joins, past content it does not hold
+    await stopped_with_the_store_down(leaving)  # the newcomer joins past content it
+    # does not hold
     await eventually(lambda: consistent(newcomer, "cluster/r2", 2)
                      and newcomer.id in route_of(assignments_of(
                          newcomer.keyspace, newcomer.layout, "cluster/r2")).members,
                      "the newcomer joined", 30)
     return newcomer, store, broken
+
+
+def store_back(store: Path, broken: Path) -> None:
+    """The store is up again (brokers stopping at the test's end persist at once, instead
+    of retrying a store that is down until their shutdown gives up)."""
+    store.unlink()
+    broken.rename(store)
 
 
 async def test_a_new_replica_serves_its_gap_once_peers_persist_it(
@@ -202,8 +218,7 @@ async def test_a_new_replica_serves_its_gap_once_peers_persist_it(
     reader = asyncio.create_task(read_all(newcomer, "cluster/r2"))
     await asyncio.sleep(1.0)  # the read must still be waiting in the gap after a while
     assert not reader.done(), "a read in a gap ended before the gap was persisted"
-    store.unlink()
-    broken.rename(store)  # the store is back: the peers' uploads go through
+    store_back(store, broken)  # the peers' uploads go through
     assert (await asyncio.wait_for(reader, 60)).startswith(content)
 
 
@@ -215,7 +230,7 @@ async def test_a_read_through_a_new_replica_reads_its_gap_from_the_primary(
     was persisted (up to a minute: the test timed out). A read that may be forwarded
     reads the gap from the primary at once, and goes on from the replica after it."""
     content = b"".join(b"record %d\n" % i for i in range(300))
-    newcomer, _, _ = await joined_past_a_gap(cluster, tmp_path, content)  # store down
+    newcomer, store, broken = await joined_past_a_gap(cluster, tmp_path, content)
     before = replica_reads.GAPS_FORWARDED._value.get()
     async with JournalClient(newcomer.grpc_address) as client:
         async with asyncio.timeout(10):
@@ -236,6 +251,7 @@ async def test_a_read_through_a_new_replica_reads_its_gap_from_the_primary(
                         break
         assert got == content + b"after the gap\n"
     assert replica_reads.GAPS_FORWARDED._value.get() >= before + 3
+    store_back(store, broken)
 
 
 async def test_a_gap_the_primary_gave_up_too_is_read_past_once(
@@ -249,8 +265,9 @@ async def test_a_gap_the_primary_gave_up_too_is_read_past_once(
     same gap from it again, for ever. It goes on after the gap instead."""
     monkeypatch.setattr(reads, "GAP_WAIT_SECONDS", 1.0)
     content = b"".join(b"record %d\n" % i for i in range(300))
-    newcomer, _, _ = await joined_past_a_gap(cluster, tmp_path, content)  # store down
-    await primary_of(cluster, "cluster/r2").stop()  # the last holder of `content` goes
+    newcomer, store, broken = await joined_past_a_gap(cluster, tmp_path, content)
+    await stopped_with_the_store_down(primary_of(cluster, "cluster/r2"))  # the last
+    # holder of `content` goes
     await eventually(lambda: primary_id(newcomer, "cluster/r2") == newcomer.id,
                      "the newcomer leads, with a gap no live broker holds", 30)
     async with started_broker(etcd_server, etcd_prefix, tmp_path, zone="zone-b",
@@ -270,6 +287,7 @@ async def test_a_gap_the_primary_gave_up_too_is_read_past_once(
         assert replica_reads.GAPS_FORWARDED._value.get() == before + 1
     assert b"".join(c.content for c in chunks) == b"after the gap\n"
     assert chunks[0].offset == len(content)  # the gap skipped, once
+    store_back(store, broken)
 
 
 async def test_a_peer_that_becomes_primary_persists_its_held_copies_at_once(

@@ -14,7 +14,7 @@ from gazette.labels import Selector
 from gazette.pb import broker_pb2 as pb
 from gazette.pb import broker_pb2_grpc
 from gazette.protocol import JournalSpec, selector_to_pb
-from gazette_broker import JournalService, add_journal_service
+from gazette_broker import JournalService, add_journal_service, replica
 from gazette_broker.replica import Replica
 from gazette_broker.routing import JournalRouting
 from tests.fixtures.broker import plain_server
@@ -105,8 +105,10 @@ async def test_a_blocking_read_streams_later_appends(stub: broker_pb2_grpc.Journ
 
 
 async def test_append_whole_is_the_same_append_in_one_call(
-    stub: broker_pb2_grpc.JournalStub,
+    stub: broker_pb2_grpc.JournalStub, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (An offset ahead of the head waits this long for the head to get there.)
+    monkeypatch.setattr(replica, "AHEAD_WAIT_SECONDS", 0.3)
     first = await stub.AppendWhole(pb.AppendRequest(journal=JOURNAL, content=b"one\n"))
     assert first.status == pb.OK and (first.commit.begin, first.commit.end) == (0, 4)
     assert first.commit.sha1 == hashlib.sha1(b"one\n").digest()

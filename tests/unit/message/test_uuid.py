@@ -71,7 +71,7 @@ def test_producer_ids_are_random_multicast_nodes() -> None:
 @pytest.mark.parametrize(
     ("value", "phrase"),
     [
-        (str(uuid.uuid4()), "not a version 1"),
+        ("e20a7841-5544-450f-b5a2-9acbbb739ecf", "not a version 1"),  # (a v4)
         ("not-a-uuid", "is not a UUID"),
         ("043a44e7-_654-11f1-8400-c903d00201b7", "is not a UUID"),
         (" b8f211fc-e651-11f1-8400-c903d00201b7", "is not a UUID"),
