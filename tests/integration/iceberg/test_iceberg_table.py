@@ -17,6 +17,7 @@ import pytest
 
 from gazette.consumer import Checkpoint, StoreFenced
 from gazette.errors import ValidationError
+from gazette.events import Topic
 from gazette.iceberg import (
     BadValue,
     IcebergStore,
@@ -33,6 +34,16 @@ from tests.fixtures.s3 import S3Bucket
 pytestmark = pytest.mark.integration
 
 COLUMNS = "word string, n long, tags list<string>"
+
+
+@dataclasses.dataclass
+class OrderPlaced:
+    order_id: int
+    customer: str
+    cents: int
+
+
+ORDERS = Topic("orders", OrderPlaced)
 DAY = 86400
 
 
@@ -289,3 +300,29 @@ def test_a_table_config_refuses_what_it_cannot_open(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="key=value"):
         TableConfig.from_env({**env, "GAZETTE_ICEBERG_TABLE": "a.b",
                               "GAZETTE_ICEBERG_PROPERTIES": "oops"})
+
+
+def test_a_sinks_schema_comes_from_its_columns_or_an_events_topic() -> None:
+    from gazette.iceberg import schema_from_env
+
+    declared = schema_from_env({"GAZETTE_ICEBERG_COLUMNS": "a long",
+                                "GAZETTE_ICEBERG_PARTITION": "hour"})
+    assert [c.name for c in declared.columns] == ["a"] and declared.partition == "hour"
+    topic = schema_from_env({"GAZETTE_ICEBERG_TOPIC": f"{__name__}:ORDERS"})
+    assert [(c.name, c.kind, c.path) for c in topic.columns][3:] == [
+        ("order_id", "long", ("data", "order_id")),
+        ("customer", "string", ("data", "customer")),
+        ("cents", "long", ("data", "cents"))]
+    for env, field, reason in [
+            ({}, "GAZETTE_ICEBERG_COLUMNS", "one of them"),
+            ({"GAZETTE_ICEBERG_COLUMNS": "a long", "GAZETTE_ICEBERG_TOPIC": "x:y"},
+             "GAZETTE_ICEBERG_COLUMNS", "one of them"),
+            ({"GAZETTE_ICEBERG_TOPIC": "no_such_module:T"}, "GAZETTE_ICEBERG_TOPIC",
+             "cannot be loaded"),
+            ({"GAZETTE_ICEBERG_TOPIC": "json:dumps"}, "GAZETTE_ICEBERG_TOPIC",
+             "not a Topic"),
+            ({"GAZETTE_ICEBERG_COLUMNS": "a long", "GAZETTE_ICEBERG_BAD_VALUES": "drop"},
+             "bad_values", "fail or null")]:
+        with pytest.raises(ValidationError, match=reason) as err:
+            schema_from_env(env)
+        assert err.value.field == field
