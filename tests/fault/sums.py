@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,3 +316,19 @@ async def others_run_all(cluster: Cluster, member: Member) -> None:
                      "expired", 4 * LEASE_TTL)
     await eventually(lambda: len(cluster.primaries()) == 4 and member.name not in
                      cluster.primaries().values(), "the others run every shard", 30)
+
+
+async def sigkill_busiest(cluster: Cluster, members: list[Member],
+                          progress: Callable[[], Awaitable[None]]) -> Member:
+    """SIGKILL the member of `members` that runs the most shards: the others take them
+    over and `progress`; it starts again (a new lease) and they `progress` again.
+    Returns it."""
+    victim = busiest(cluster, members)
+    lease = cluster.lease_of(victim)
+    await asyncio.to_thread(victim.process.kill)
+    cluster.faults.append(f"SIGKILL {victim.name}")
+    await others_run_all(cluster, victim)
+    await progress()
+    await restart(cluster, victim, lease)
+    await progress()
+    return victim

@@ -31,6 +31,7 @@ from tests.fault.sums import (
     others_run_all,
     restart,
     running_cluster,
+    sigkill_busiest,
 )
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import PgDatabase
@@ -53,15 +54,7 @@ async def test_sql_sums_exact_through_member_etcd_and_broker_faults(
                 Driver(client, seed=7) as driver, Load(driver, cluster) as load:
             await load.progress()
             for _ in range(2):
-                victim = busiest(cluster, members)
-                lease = cluster.lease_of(victim)
-                await asyncio.to_thread(victim.process.kill)
-                cluster.faults.append(f"SIGKILL {victim.name}")
-                await others_run_all(cluster, victim)
-                await load.progress()
-                await restart(cluster, victim, lease)
-                await load.progress()
-
+                victim = await sigkill_busiest(cluster, members, load.progress)
                 other = busiest(cluster, [m for m in members if m is not victim])
                 lease = cluster.lease_of(other)
                 await asyncio.to_thread(other.process.stop, 40.0)

@@ -1,7 +1,9 @@
 """An Iceberg table fed through faults: stream-sum's chunk journals (committed chunks,
 transactions, rolled-back ones, appends sent twice) read by ``gazette-consumer serve``
-members running `gazette.iceberg.IcebergSink` on its four shards, the catalog in SQLite
-shared by the members, the warehouse a folder. Members are SIGKILLed twice (and
+members running `gazette.iceberg.IcebergSink` on its four shards, the catalog in
+PostgreSQL (what several members share: a member frozen inside a commit holds the table's
+row until the server ends its idle transaction; on SQLite it would hold the file's write
+lock until thawed), the warehouse a folder. Members are SIGKILLed twice (and
 restarted), and one is frozen (SIGSTOP) until its shards moved, then thawed (its
 commits are fenced out). Afterwards the table holds every committed chunk exactly once:
 each stream's chunks 1..n+1, each once, summing to what the driver published; no
@@ -19,14 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
 from gazette.client import JournalClient, RetryPolicy
-from gazette.iceberg import TableConfig
+from gazette.iceberg import SharedCatalog, TableConfig
 from gazette_consumer.examples.stream_sum import Driver
 from tests.fault.cluster import pause, resume
-from tests.fault.sums import Cluster, busiest, others_run_all, restart, running_cluster
+from tests.fault.sums import (
+    Cluster,
+    busiest,
+    others_run_all,
+    restart,
+    running_cluster,
+    sigkill_busiest,
+)
 from tests.fixtures.polling import eventually
+from tests.fixtures.postgres import PgDatabase
 
 pytestmark = pytest.mark.integration
 
@@ -34,18 +43,24 @@ SINK = "gazette.iceberg:IcebergSink"
 COLUMNS = "stream_id string, seq long, data list<long>"
 
 
-def table_rows(config: TableConfig) -> list[dict[str, Any]]:
-    """The table's rows now (an empty list before any shard made it)."""
-    for _ in range(50):
-        try:
-            catalog = config.catalog()
-            if not catalog.table_exists(config.identifier):
-                return []
-            return catalog.load_table(config.identifier).scan(selected_fields=(
-                "_journal", "_offset", "stream_id", "seq", "data")).to_arrow().to_pylist()
-        except OperationalError:  # (SQLite's lock, held by a member's commit)
-            time.sleep(0.05)
-    raise AssertionError("the catalog stayed locked")
+class Reader:
+    """The table's rows, read through one catalog (its statements under the catalog's
+    deadlines: a read never hangs the test)."""
+
+    def __init__(self, config: TableConfig) -> None:
+        self.config = config
+        self.catalog = SharedCatalog(config)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows now (none before a shard made the table)."""
+        catalog = self.catalog()
+        if not catalog.table_exists(self.config.identifier):
+            return []
+        return catalog.load_table(self.config.identifier).scan(selected_fields=(
+            "_journal", "_offset", "stream_id", "seq", "data")).to_arrow().to_pylist()
+
+    async def count(self) -> int:
+        return len(await asyncio.to_thread(self.rows))
 
 
 @contextlib.asynccontextmanager
@@ -69,12 +84,12 @@ async def publishing(driver: Driver) -> AsyncIterator[asyncio.Event]:
                 await task
 
 
-async def grows(config: TableConfig, cluster: Cluster, more: int = 50) -> None:
+async def grows(table: Reader, cluster: Cluster, more: int = 50) -> None:
     """Wait until the table holds `more` rows more than now."""
-    goal = len(await asyncio.to_thread(table_rows, config)) + more
+    goal = await table.count() + more
 
     async def reached() -> bool:
-        return len(await asyncio.to_thread(table_rows, config)) >= goal
+        return await table.count() >= goal
 
     try:
         await eventually(reached, f"{more} more rows in the table", 40, interval=0.25)
@@ -84,10 +99,11 @@ async def grows(config: TableConfig, cluster: Cluster, more: int = 50) -> None:
 
 @pytest.mark.timeout(280)
 async def test_an_iceberg_table_holds_each_committed_chunk_once_through_member_faults(
-        tmp_path: Path) -> None:
+        tmp_path: Path, pg_database: PgDatabase) -> None:
     started = time.monotonic()
-    config = TableConfig(f"sqlite:///{tmp_path}/catalog.db", f"file://{tmp_path}/warehouse",
-                         "sums.chunks")
+    config = TableConfig(pg_database.dsn.replace("postgresql://", "postgresql+psycopg://"),
+                         f"file://{tmp_path}/warehouse", "sums.chunks")
+    table = Reader(config)
     env = dict(os.environ, GAZETTE_ICEBERG_CATALOG=config.uri,
                GAZETTE_ICEBERG_WAREHOUSE=config.warehouse,
                GAZETTE_ICEBERG_TABLE=config.identifier, GAZETTE_ICEBERG_COLUMNS=COLUMNS)
@@ -99,41 +115,34 @@ async def test_an_iceberg_table_holds_each_committed_chunk_once_through_member_f
                                  auth=cluster.security.client()) as client, \
                 Driver(client, seed=11) as driver:
             async with publishing(driver):
-                await grows(config, cluster)
+                await grows(table, cluster)
                 for _ in range(2):
-                    victim = busiest(cluster, members)
-                    lease = cluster.lease_of(victim)
-                    await asyncio.to_thread(victim.process.kill)
-                    cluster.faults.append(f"SIGKILL {victim.name}")
-                    await others_run_all(cluster, victim)
-                    await grows(config, cluster)
-                    await restart(cluster, victim, lease)
-                    await grows(config, cluster)
+                    await sigkill_busiest(cluster, members, lambda: grows(table, cluster))
                 # A zombie: frozen until its shards moved, then thawed: whatever it
                 # commits is fenced out, and it exits for its lost lease.
                 zombie = busiest(cluster, members)
                 pause(zombie.process)
                 cluster.faults.append(f"SIGSTOP {zombie.name}")
                 await others_run_all(cluster, zombie)
-                await grows(config, cluster)
+                await grows(table, cluster)
                 resume(zombie.process)
                 await eventually(lambda: not zombie.process.running(),
                                  "the thawed zombie exits", 30)
                 lease = cluster.lease_of(zombie)
                 await restart(cluster, zombie, lease)
-                await grows(config, cluster)
+                await grows(table, cluster)
             expected = driver.expected
             want = sum(chunks + 1 for _, chunks in expected.values())
 
             async def complete() -> bool:
-                return len(await asyncio.to_thread(table_rows, config)) >= want
+                return await table.count() >= want
 
             try:
                 await eventually(complete, "every committed chunk in the table", 60,
                                  interval=0.5)
             except AssertionError as err:
                 raise AssertionError(f"{err}\n{cluster.diagnosis()}") from None
-    rows = await asyncio.to_thread(table_rows, config)
+    rows = await asyncio.to_thread(table.rows)
     twice = [k for k, n in Counter((r["_journal"], r["_offset"]) for r in rows).items()
              if n > 1]
     assert not twice, f"messages in the table twice: {twice[:5]}"

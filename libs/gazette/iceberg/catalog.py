@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import quote
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
@@ -39,6 +40,11 @@ T = TypeVar("T")
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0",
                     "write.metadata.delete-after-commit.enabled": "true",
                     "write.metadata.previous-versions-max": "20"}
+#: A catalog's PostgreSQL sessions: no statement or lock wait without end, and a session
+#: left idle inside a transaction (a member frozen mid-commit, holding the table's row)
+#: is ended by the server, so the others' commits go on.
+POSTGRES_OPTIONS = ("-c statement_timeout=30s -c lock_timeout=5s "
+                    "-c idle_in_transaction_session_timeout=10s")
 #: Faults of a commit worth retrying: another writer committed first; SQLite's lock.
 CONFLICTS = (CommitFailedException, OperationalError)
 
@@ -88,8 +94,18 @@ class TableConfig:
                    env["GAZETTE_ICEBERG_TABLE"], props)
 
     def catalog(self) -> Catalog:
-        return SqlCatalog(self.name, uri=self.uri, warehouse=self.warehouse,
-                          **dict(self.properties))
+        """The catalog, its calls under deadlines: PostgreSQL sessions get
+        `POSTGRES_OPTIONS` (unless the URI gives ``options``), a SQLite file is put in
+        WAL mode (readers never wait for a writer)."""
+        uri = self.uri
+        if uri.startswith("postgresql") and "options=" not in uri:
+            uri += ("&" if "?" in uri else "?") + "options=" + quote(POSTGRES_OPTIONS)
+        catalog = SqlCatalog(self.name, uri=uri, warehouse=self.warehouse,
+                             **dict(self.properties))
+        if uri.startswith("sqlite:"):
+            with contextlib.suppress(OperationalError), catalog.engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # (kept by the file)
+        return catalog
 
 
 class SharedCatalog:
