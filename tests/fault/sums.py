@@ -47,13 +47,13 @@ class Member:
     env: dict[str, str]
     security: ClusterSecurity
     port: int = field(default_factory=free_port)
-    #: The application served (stream-sum's shards, whatever it does with them).
+    #: The application served on stream-sum's shards (another module names its app
+    #: with ``CONSUMER_APP`` in `env`).
     app: str = APP_MODULE
     process: Process = field(init=False)
 
     def __post_init__(self) -> None:
         argv = [sys.executable, "-m", "gazette_consumer", "serve", "--app", self.app,
-                "--app-name", APP,
                 "--consumer.zone", self.zone, "--consumer.id", self.name,
                 "--consumer.host", "127.0.0.1", "--consumer.bind", "127.0.0.1",
                 "--consumer.port", str(self.port), "--consumer.http-port", str(free_port()),

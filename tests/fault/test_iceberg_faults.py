@@ -24,7 +24,7 @@ import pytest
 
 from gazette.client import JournalClient, RetryPolicy
 from gazette.iceberg import SharedCatalog, TableConfig
-from gazette_consumer.examples.stream_sum import Driver
+from gazette_consumer.examples.stream_sum import APP, Driver
 from tests.fault.cluster import pause, resume
 from tests.fault.sums import (
     Cluster,
@@ -106,7 +106,8 @@ async def test_an_iceberg_table_holds_each_committed_chunk_once_through_member_f
     table = Reader(config)
     env = dict(os.environ, GAZETTE_ICEBERG_CATALOG=config.uri,
                GAZETTE_ICEBERG_WAREHOUSE=config.warehouse,
-               GAZETTE_ICEBERG_TABLE=config.identifier, GAZETTE_ICEBERG_COLUMNS=COLUMNS)
+               GAZETTE_ICEBERG_TABLE=config.identifier, GAZETTE_ICEBERG_COLUMNS=COLUMNS,
+               CONSUMER_APP=APP)  # (stream-sum's shards)
     async with running_cluster(tmp_path) as cluster:
         members = [cluster.member(name, env, app=SINK) for name in ("m0", "m1")]
         await eventually(lambda: len(cluster.primaries()) == 4, "every shard runs", 40)
