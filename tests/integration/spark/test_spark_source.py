@@ -609,3 +609,38 @@ async def test_the_native_path_honours_a_reader_schema_and_refuses_a_bad_plan(
         await run(alone)
     with pytest.raises(Exception, match="option 'slices' is not the plan's JSON"):
         await run(lambda: alone(slices="[{"))
+
+
+async def test_the_native_path_reads_any_line_as_the_python_source_does(
+        spark: Any, broker_server: BrokerServer) -> None:
+    """Lines of every shape through the JVM's row writer (its rows built by hand in
+    Spark's format): empty ones, CRLF, one longer than its first row buffer, multibyte
+    UTF-8, a newline at every position of an 8-byte step (its newline search goes eight
+    bytes at a time), and a last line without a newline; every column subset."""
+    import gazette_spark
+
+    await broker_server.apply_yaml(SPECS)
+    lines = [b"", b"crlf\r", b"x" * 5000, "\u00e9t\u00e9 \u2603".encode(), b"", b"end"]
+    lines += [b"n" * k for k in range(17)]
+    content = b"\n".join(lines) + b"\nno newline at the end"
+    async with JournalClient(broker_server.grpc_address) as client:
+        await persist(broker_server, client, "spark/lines-none", [content])
+    options = {"stores": store_url(broker_server), "journals": "name=spark/lines-none"}
+    want, offset = [], 0
+    for line in content.split(b"\n"):
+        want.append(("spark/lines-none", offset, line.removesuffix(b"\r").decode()))
+        offset += len(line) + 1
+
+    def read(schema: str | None) -> list[tuple[Any, ...]]:
+        df = gazette_spark.read(spark, schema, **options)
+        assert "gazette-lines" in df._jdf.queryExecution().analyzed().toString()
+        return [tuple(r) for r in df.collect()]
+
+    assert sorted(await run(lambda: read(None)), key=lambda r: r[1]) == want
+    python = spark.read.format("gazette").options(**options).load()
+    assert sorted(await run(lambda: [tuple(r) for r in python.collect()]),
+                  key=lambda r: r[1]) == want
+    assert sorted(await run(lambda: read("offset bigint"))) == [(o,) for _, o, _ in want]
+    assert await run(lambda: read("journal string")) == [(j,) for j, _, _ in want]
+    assert sorted(await run(lambda: read("value string, offset bigint")),
+                  key=lambda r: r[1]) == [(v, o) for _, o, v in want]

@@ -2,13 +2,18 @@ package dev.gazette.spark;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
+import java.util.Arrays;
 
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.unsafe.Platform;
 
 /**
  * The lines of one slice, in order: each {@code \n} ends a line (a {@code \r} before it
@@ -19,13 +24,26 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class LinesReader implements PartitionReader<InternalRow> {
     private static final byte NL = '\n';
     private static final byte CR = '\r';
+    /** Eight bytes of a byte[] at once, for the newline search. */
+    private static final VarHandle LONGS =
+        MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final long NLS = 0x0A0A0A0A0A0A0A0AL;
+    private static final long ONES = 0x0101010101010101L;
+    private static final long HIGHS = 0x8080808080808080L;
+    private static final long BASE = Platform.BYTE_ARRAY_OFFSET;
 
     private final SlicePartition slice;
-    private final UTF8String journal;
     private final int journalAt;
     private final int offsetAt;
     private final int valueAt;
-    private final UnsafeRowWriter writer;
+    /** Each row is built here in Spark's UnsafeRow format, with the row's constant
+     * part (null bits, the journal and where it is) written once: per line, the offset,
+     * where the value is, and its bytes (System.arraycopy, not a native copy per
+     * field). */
+    private byte[] row;
+    private final int fixed; // where a field's 8-byte slot is: fixed + 8 * ordinal
+    private final int valueStart; // where the value's bytes go
+    private final UnsafeRow unsafeRow;
 
     private byte[] buf = new byte[1 << 20];
     private long base; // the journal offset of buf[0]
@@ -38,11 +56,45 @@ final class LinesReader implements PartitionReader<InternalRow> {
 
     LinesReader(SlicePartition slice, StructType schema) {
         this.slice = slice;
-        this.journal = UTF8String.fromString(slice.journal);
         this.journalAt = index(schema, "journal");
         this.offsetAt = index(schema, "offset");
         this.valueAt = index(schema, "value");
-        this.writer = new UnsafeRowWriter(schema.fields().length, 256);
+        int fields = schema.fields().length;
+        this.fixed = UnsafeRow.calculateBitSetWidthInBytes(fields);
+        int variable = fixed + 8 * fields;
+        byte[] journal = slice.journal.getBytes(StandardCharsets.UTF_8);
+        this.valueStart = journalAt >= 0 ? variable + padded(journal.length) : variable;
+        this.row = new byte[valueStart + 1024];
+        if (journalAt >= 0) {
+            Platform.putLong(row, BASE + fixed + 8L * journalAt,
+                ((long) variable << 32) | journal.length);
+            System.arraycopy(journal, 0, row, variable, journal.length);
+        }
+        this.unsafeRow = new UnsafeRow(fields);
+        unsafeRow.pointTo(row, (int) BASE, valueStart);
+    }
+
+    private static int padded(int length) {
+        return (length + 7) & ~7;
+    }
+
+    /** The first newline in b[from, to), or -1: eight bytes a step (the lowest byte
+     * equal to '\n' shows as the lowest high bit of the SWAR zero-byte test). */
+    private static int newline(byte[] b, int from, int to) {
+        int i = from;
+        for (; i + 8 <= to; i += 8) {
+            long v = (long) LONGS.get(b, i) ^ NLS;
+            long found = (v - ONES) & ~v & HIGHS;
+            if (found != 0) {
+                return i + (Long.numberOfTrailingZeros(found) >>> 3);
+            }
+        }
+        for (; i < to; i++) {
+            if (b[i] == NL) {
+                return i;
+            }
+        }
+        return -1;
     }
 
     private static int index(StructType schema, String name) {
@@ -58,12 +110,11 @@ final class LinesReader implements PartitionReader<InternalRow> {
     @Override
     public boolean next() throws IOException {
         while (true) {
-            for (int i = scan; i < fill; i++) {
-                if (buf[i] == NL) {
-                    emit(lineStart, i);
-                    lineStart = scan = i + 1;
-                    return true;
-                }
+            int i = newline(buf, scan, fill);
+            if (i >= 0) {
+                emit(lineStart, i);
+                lineStart = scan = i + 1;
+                return true;
             }
             scan = fill;
             if (cursor != null && more()) {
@@ -91,17 +142,22 @@ final class LinesReader implements PartitionReader<InternalRow> {
         if (length > 0 && buf[stop - 1] == CR) {
             length--;
         }
-        writer.reset();
-        writer.zeroOutNullBytes();
-        if (journalAt >= 0) {
-            writer.write(journalAt, journal);
-        }
         if (offsetAt >= 0) {
-            writer.write(offsetAt, base + start);
+            Platform.putLong(row, BASE + fixed + 8L * offsetAt, base + start);
         }
-        if (valueAt >= 0) {
-            writer.write(valueAt, buf, start, length);
+        if (valueAt < 0) {
+            return;
         }
+        int size = valueStart + padded(length);
+        if (size > row.length) {
+            row = Arrays.copyOf(row, Math.max(size, 2 * row.length));
+        }
+        Platform.putLong(row, BASE + fixed + 8L * valueAt, ((long) valueStart << 32) | length);
+        if (length > 0) {
+            Platform.putLong(row, BASE + size - 8, 0L); // (the padding after the value)
+            System.arraycopy(buf, start, row, valueStart, length);
+        }
+        unsafeRow.pointTo(row, (int) BASE, size);
     }
 
     private void openNext(boolean contiguous) throws IOException {
@@ -146,7 +202,7 @@ final class LinesReader implements PartitionReader<InternalRow> {
 
     @Override
     public InternalRow get() {
-        return writer.getRow();
+        return unsafeRow;
     }
 
     private void closeCursor() throws IOException {
