@@ -24,7 +24,7 @@ import uvloop
 
 from gazette.consumer import Application
 from gazette.consumer.member import ConsumerMember, MemberConfig
-from gazette.errors import ValidationError
+from gazette.errors import GazetteError, ValidationError
 from gazette.serving.options import (
     LOG_OPTIONS,
     SECURITY_OPTIONS,
@@ -92,7 +92,10 @@ def load_app(spec: str) -> tuple[Application, str]:
     except AttributeError:
         raise AppError(f"--app {spec!r}: module {module_name!r} has no {attr!r}") from None
     if isinstance(value, type) and issubclass(value, Application):
-        value = value()
+        try:
+            value = value()
+        except GazetteError as err:  # (its configuration, from the environment, is bad)
+            raise AppError(f"--app {spec!r}: {err}") from None
     if not isinstance(value, Application):
         raise AppError(f"--app {spec!r}: {attr!r} is a {type(value).__name__}, not a "
                        "gazette.consumer.Application (or a subclass of it)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gazette.consumer import Application
+from gazette.errors import ValidationError
 from gazette_consumer.cli import SERVE_OPTIONS, build_parser, load_app, main
 
 ENV_VARS = ("CONSUMER_APP", "CONSUMER_MODULE", "ETCD_ADDRESS", "CONSUMER_ETCD_PREFIX",
@@ -48,6 +49,13 @@ def test_help_names_every_flag_and_variable() -> None:
     assert "--app" in text and "$CONSUMER_MODULE" in text
 
 
+class Unconfigured(Application):
+    """An application class whose configuration (from the environment) is missing."""
+
+    def __init__(self) -> None:
+        raise ValidationError("SOME_SETTING", "is not set")
+
+
 def test_a_missing_app_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(["serve"], capsys)
     assert code == 2
@@ -58,6 +66,7 @@ def test_a_missing_app_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     ("no_such_module_xyz:app", "module 'no_such_module_xyz' does not import"),
     (f"{__name__}:missing", f"module '{__name__}' has no 'missing'"),
     (f"{__name__}:not_an_app", "'not_an_app' is a int, not a gazette.consumer.Application"),
+    (f"{__name__}:Unconfigured", "SOME_SETTING: is not set"),
 ])
 def test_a_bad_app_is_named(app: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(["serve", "--app", app], capsys)
