@@ -198,7 +198,7 @@ class Rows:
                        f"{value!r:.80} does not fit: {reason} (bad_values='null' stores "
                        "such values as null)")
 
-    def table(self, arrow_schema: pa.Schema, journals: Sequence[str] = ()) -> pa.Table:
+    def table(self, arrow_schema: pa.Schema) -> pa.Table:
         """The rows as Arrow, in `arrow_schema` (the table's)."""
         arrays = []
         for f in arrow_schema:
