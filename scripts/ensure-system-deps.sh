@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond PyPI: PostgreSQL's server binaries (for the
 # SQL store and events tests), curl (the broker tutorial's HTTP steps, tests/e2e), podman
-# and debootstrap (the images, built and run by tests/integration/test_images.py) and a Java
-# runtime (pyspark, for the Spark source's tests). `ensure-system-deps.sh images`: only
+# and debootstrap (the images, built and run by tests/integration/test_images.py), a Java
+# runtime (pyspark, for the Spark source's tests), Prometheus (promtool checks the chart's
+# alert rules; a live server scrapes a test cluster) and Chromium (the console's browser
+# tests, driven by Playwright from PyPI: no browser download). `ensure-system-deps.sh images`: only
 # what `make images` needs (a Docker daemon will do).
 # Installs them with apt when missing and we are root; otherwise says what to install. Fast (a few file checks) when everything is present.
 set -euo pipefail
@@ -60,6 +62,25 @@ if ! command -v java >/dev/null && [ -z "${JAVA_HOME:-}" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
   else
     echo "java not found: install 'openjdk-17-jre-headless' (Spark's tests need a JRE 17)." >&2
+    exit 1
+  fi
+fi
+
+# Prometheus (its promtool tests the chart's alert rules; the server scrapes a test
+# cluster) and Chromium (the console's browser tests). Debian's packages: no download at
+# test time; without recommends (Prometheus would bring node-exporter and its timers).
+missing=()
+command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
+[ -x /usr/bin/chromium ] || missing+=(chromium fonts-liberation)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing ${missing[*]} (apt-get install --no-install-recommends)..."
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  else
+    echo "Not found: ${missing[*]}: install those Debian packages (the chart's alert" \
+         "tests need promtool and prometheus, the console's browser tests /usr/bin/chromium)." >&2
     exit 1
   fi
 fi

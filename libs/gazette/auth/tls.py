@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from gazette.auth.expiry import watch_expiry
 from gazette.errors import ValidationError
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class TLSFiles:
     def server_credentials(self) -> grpc.ServerCredentials:
         """gRPC server credentials that follow the files: checked at each new
         connection, re-read when their signature changes."""
+        watch_expiry(self.cert_file)
         reloader = _GrpcReloader(self)
         return grpc.dynamic_ssl_server_credentials(
             reloader.initial, reloader.fetch,
@@ -121,6 +123,7 @@ class TLSFiles:
     def server_context(self) -> ssl.SSLContext:
         """An `ssl.SSLContext` for an HTTP listener that follows the files: each
         handshake checks them and, once changed, is served with a new context."""
+        watch_expiry(self.cert_file)
         return _HttpReloader(self).context
 
 

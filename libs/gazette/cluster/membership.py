@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from gazette.allocator import Allocator, Assignment, route_consistent
+from gazette.cluster.coverage import COVERAGE
 from gazette.keyspace import Etcd, EtcdError, KeySpace, Layout, Lease, LeaseLost, LeaseNotFound
 from gazette.keyspace.specs import encode_broker
 from gazette.protocol import MemberSpec, ProcessId
@@ -84,7 +85,8 @@ class Membership:
                  stores_of: Callable[[Any], tuple[str, ...]] | None = None,
                  is_consistent: Callable[[str, Assignment, Sequence[Assignment]], bool]
                  = route_consistent,
-                 startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT) -> None:
+                 startup_timeout: float = DEFAULT_ETCD_STARTUP_TIMEOUT,
+                 kind: str = "journal") -> None:
         self.etcd, self.keyspace, self.layout = etcd, keyspace, layout
         self.me, self.lease_ttl, self._encode = me, lease_ttl, encode
         self.startup_timeout = startup_timeout
@@ -95,6 +97,8 @@ class Membership:
                                    replication_of=replication_of,
                                    is_consistent=is_consistent, stores_of=stores_of)
         self.lease: Lease | None = None
+        #: `kind` names the items in metrics (``gazette_cluster_items{kind}``).
+        COVERAGE.add(self.allocator, kind)
 
     def deadline(self) -> float:
         """The loop time by which a member starting now must have joined."""
@@ -235,6 +239,7 @@ class Membership:
     async def leave(self) -> None:
         """Revoke the lease (the member spec and assignments go with it), stop following
         the keyspace, and close the etcd client."""
+        COVERAGE.discard(self.allocator)
         if self.lease is not None:
             await self.lease.revoke()
         await self.keyspace.__aexit__(None, None, None)

@@ -129,7 +129,7 @@ class ConsumerMember:
             replication_of=lambda spec: 0 if spec.disable else 1 + int(spec.hot_standbys),
             # A shard leaves a member only once its successor caught up (hand-off).
             is_consistent=status_consistent(self.keyspace, self.layout),
-            startup_timeout=config.etcd_startup_timeout)
+            startup_timeout=config.etcd_startup_timeout, kind="shard")
         self.supervisor = Supervisor(transient=(EtcdError, OSError))
         self.resolver: Resolver[ShardSpec] = Resolver(self.keyspace, self.layout, self.id,
                                                       ShardSpec)

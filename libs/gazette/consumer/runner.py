@@ -42,12 +42,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 
 from gazette.client import JournalClient, ReadChunk
 from gazette.consumer.app import Application
 from gazette.consumer.app_shard import Shard
 from gazette.consumer.checkpoint import Checkpoint
+from gazette.consumer.lag import ShardLag
 from gazette.consumer.recovery import Recovery, run_recovered
 from gazette.consumer.store import Store
 from gazette.errors import GazetteError
@@ -81,9 +82,6 @@ COMMIT_SECONDS = Histogram("gazette_consumer_commit_seconds",
                            buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
 MESSAGES = Counter("gazette_consumer_messages_total",
                    "Read-committed messages consumed by shards")
-LAG_BYTES = Gauge("gazette_consumer_lag_bytes",
-                  "Bytes of a shard's source journal past its last committed transaction "
-                  "(as of the write head its reads last saw)", ["shard", "journal"])
 
 #: Batches (each up to about a read chunk of messages) read ahead per shard.
 READ_AHEAD_BATCHES = 8
@@ -168,8 +166,8 @@ class ShardRunner:
         #: the run); with the ACK intents of each, until its ACKs are appended.
         self._commits: collections.deque[asyncio.Future[None]] = collections.deque()
         self._unacked: dict[asyncio.Future[None], list[AckIntent]] = {}
-        #: Write head of each source journal, as its reads last saw it (for the lag).
-        self._heads: dict[str, int] = {}
+        #: Its lag behind its sources (the heads its reads see; what it commits).
+        self._lag = ShardLag(shard_spec.id)
         #: Called once the store is restored and the sources found: processing starts.
         self.on_restored: Callable[[], None] | None = None
         #: The shard's store while it is restored and running (queries read it: it
@@ -211,6 +209,8 @@ class ShardRunner:
             offsets = {s.journal: max(checkpoint.sources.get(s.journal, 0), s.min_offset)
                        for s in self.spec.sources}
             self.shard.progress.restored(offsets)
+            self._lag = ShardLag(self.spec.id)
+            self._lag.committed(offsets)
             framings = {j: await self._framing(j) for j in offsets}
             self.store = store
             if self.on_restored is not None:
@@ -229,9 +229,7 @@ class ShardRunner:
                 raise failed.exceptions[0] from failed
         finally:
             self.store = self.shard.txn = None
-            for journal in self._heads:  # another member reports it from now on
-                with contextlib.suppress(KeyError):
-                    LAG_BYTES.remove(self.spec.id, journal)
+            self._lag.close()
             self._appends.drop()
             try:
                 for fut in self._commits:
@@ -263,10 +261,12 @@ class ShardRunner:
 
     async def _read(self, journal: str, offset: int, framing: Framing,
                     queue: asyncio.Queue[Batch]) -> None:
+        lag = self._lag
+
         async def contents(chunks: AsyncIterator[ReadChunk]
                            ) -> AsyncIterator[bytes | bytearray]:
             async for chunk in chunks:
-                self._heads[journal] = chunk.write_head
+                lag.saw_head(journal, chunk.write_head)
                 yield chunk.content
 
         async with contextlib.aclosing(self.client.read(journal, offset, block=True)) as chunks:
@@ -456,9 +456,7 @@ class ShardRunner:
             self._unacked.pop(current, None)
         COMMIT_SECONDS.observe(asyncio.get_running_loop().time() - closed)
         self.shard.progress.record(offsets, count)
-        for journal, offset in offsets.items():
-            if (head := self._heads.get(journal)) is not None:
-                LAG_BYTES.labels(self.spec.id, journal).set(max(0, head - offset))
+        self._lag.committed(offsets)
 
 
 async def _contents(chunks: AsyncIterator[ReadChunk]) -> AsyncIterator[bytes | bytearray]:

@@ -21,10 +21,11 @@ operator read it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from gazette.allocator import Route
 from gazette.cluster import Resolution
@@ -43,6 +44,12 @@ SHARD_FAILURES = Counter("gazette_consumer_shard_failures_total",
 SHARD_RESTARTS = Counter("gazette_consumer_shard_restarts_total",
                          "Shard runs ended by a transient fault (brokers or etcd out of "
                          "reach) and run again after a backoff")
+SHARD_STATUS = Gauge("gazette_consumer_shard_status",
+                     "1 for the status this member's replica of a shard is in, else 0",
+                     ["shard", "status"])
+RECOVERY_BEHIND = Gauge("gazette_consumer_recovery_behind_bytes",
+                        "Bytes of its recovery log a RECOVERING replica has still to play "
+                        "(0 once it plays from the log's head)", ["shard"])
 
 #: A shard whose run failed for a fault that passes (`transient`) runs again after
 #: `RESTART_FIRST_SECONDS`, doubling up to `RESTART_MAX_SECONDS` while they repeat.
@@ -95,6 +102,7 @@ class LocalShard:
         self.runner: ShardRunner | None = None
         self._status = ReplicaStatus(PENDING)
         report(self.id, self._status)
+        export_status(self.id, self._status)
         self._task: asyncio.Task[None] | None = None
         #: The spec and role (primary?) a run failed under: it is not tried again
         #: until either changes (a failed standby that is promoted tries as primary).
@@ -117,6 +125,7 @@ class LocalShard:
         if status != self._status:
             self._status = status
             self._report(self.id, status)
+            export_status(self.id, status)
 
     @property
     def is_primary(self) -> bool:
@@ -300,4 +309,21 @@ class LocalShard:
         await self._stop_runner()
         await self._drop_standby()
         self._report(self.id, None)
+        export_status(self.id, None)
         log.info("shard %s: stopped here (%s)", self.id, reason)
+
+
+def export_status(shard: str, status: ReplicaStatus | None) -> None:
+    """The shard's status as metrics (None: it left this member: its series go)."""
+    for state in ReplicaState:
+        if status is None:
+            with contextlib.suppress(KeyError):
+                SHARD_STATUS.remove(shard, state.name)
+        else:
+            SHARD_STATUS.labels(shard, state.name).set(1 if state is status.state else 0)
+    if status is None:
+        with contextlib.suppress(KeyError):
+            RECOVERY_BEHIND.remove(shard)
+    else:
+        RECOVERY_BEHIND.labels(shard).set(max(0, status.to_play - status.played)
+                                          if status.state is RECOVERING else 0)

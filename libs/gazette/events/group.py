@@ -27,6 +27,7 @@ from typing import Any
 
 from gazette.consumer import Application, JSONFileStore, Shard, Store
 from gazette.consumer.member import ConsumerMember, MemberConfig
+from gazette.events import metrics
 from gazette.events.catalog import Catalog, to_journal
 from gazette.events.handlers import Handler, Item, Kind, dispatch
 from gazette.events.outbox import PROCESSED
@@ -71,6 +72,8 @@ class Group:
             raise ValueError(f"group {self.name}: two different topics are named "
                              f"{handler.topic.name}")
         mine.append(handler)
+        metrics.count_handler(self.name, handler.topic.name, handler.name,
+                              handler.on_failure.value)
 
 
 class _Failures:
@@ -86,6 +89,7 @@ class _Failures:
 
     def dead(self, handler: Handler, item: Item, error: str, attempt: int) -> None:
         self._send(DEAD, handler, item, error, attempt)
+        metrics.DEAD_LETTERS.labels(self.group, handler.topic.name, handler.name).inc()
 
     def _send(self, role: str, handler: Handler, item: Item, error: str, attempt: int,
               retry_at: float | None = None) -> None:

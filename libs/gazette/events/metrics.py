@@ -23,6 +23,16 @@ HANDLER_SECONDS = Histogram("gazette_events_handler_seconds",
                                      1, 2.5, 5, 10, 30))
 OUTBOX_DEPTH = Gauge("gazette_events_outbox_depth",
                      "Rows in the outbox table, as the catch-up producer last counted them")
+DEAD_LETTERS = Counter("gazette_events_dead_letters_total",
+                       "Events saved to a group's dead-letter journal (a person inspects and "
+                       "replays them)", ["group", "topic", "handler"])
 BROADCAST_LAG = Gauge("gazette_events_broadcast_lag_bytes",
                       "Bytes a broadcast reader is behind the write head, by journal",
                       ["journal"])
+
+
+def count_handler(group: str, topic: str, handler: str, policy: str) -> None:
+    """Export a new handler's failure and dead-letter counters at 0: an alert on their
+    increase then sees the first one (a series that appears with value 1 has none)."""
+    FAILURES.labels(group, topic, handler, policy)
+    DEAD_LETTERS.labels(group, topic, handler)

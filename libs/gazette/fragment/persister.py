@@ -48,6 +48,9 @@ PERSIST_FAILURES = Counter("gazette_fragment_persist_failures_total",
 PENDING = Gauge("gazette_fragments_pending_persist", "Closed spools waiting for upload")
 PENDING_BYTES = Gauge("gazette_fragments_pending_persist_bytes",
                       "Bytes of closed spools waiting for upload to a store", ["store"])
+PENDING_BUDGET = Gauge("gazette_fragments_pending_persist_budget_bytes",
+                       "Bytes of closed spools that may wait for one store before appends "
+                       "to its journals are refused (the broker's --broker.max-unpersisted-bytes)")
 STORE_FAILING = Gauge("gazette_store_failing",
                       "1 while a store's last upload failed, else 0", ["store"])
 ALREADY_STORED = Counter("gazette_fragments_already_stored_total",
@@ -112,6 +115,7 @@ class Persister:
         self._retry_initial, self._retry_max = retry_initial, retry_max
         self.concurrency, self.per_store = concurrency, per_store
         self.max_pending_bytes = max_pending_bytes
+        PENDING_BUDGET.set(max_pending_bytes)
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -159,6 +163,8 @@ class Persister:
         if health is None:
             health = self._stores[url] = StoreHealth(url)
             health.room.set()
+            PERSIST_FAILURES.labels(url)  # exported at 0: alerts see the first failure
+            self._changed(health)
         return health
 
     def stores(self) -> list[StoreHealth]:
