@@ -291,6 +291,15 @@ def _unverified(token: str) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
+def unverified_claims(token: str) -> Claims:
+    """What `token` says it grants, its signature unchecked: for a client that shows
+    only what its token would allow (servers verify); `Unauthenticated` if it is no
+    token."""
+    if token.count(".") != 2 or not _unverified(token):
+        raise Unauthenticated("the token is not a JWT (header.payload.signature)")
+    return _claims(_unverified(token))
+
+
 def _reason(err: jwt.PyJWTError, token: str) -> str:
     """What PyJWT's refusal `err` of `token` means, as this module has always said it."""
     text = str(err)

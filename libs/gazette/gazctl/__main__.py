@@ -133,11 +133,11 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
     try:
         check_args(args)
         address = broker_address(getattr(args, "broker", None), env)
-        auth = _client_auth(args, env)
-        effective = _scheme_checked(auth, address, "broker")
+        auth = client_auth(args, env)
+        effective = scheme_checked(auth, address, "broker")
         if args.noun == "shards":
             args.consumer_address = consumer_address(getattr(args, "consumer", None), env)
-            _scheme_checked(effective, args.consumer_address, "consumer")
+            scheme_checked(effective, args.consumer_address, "consumer")
     except UsageError as err:
         _error(err_stream, err)
         return EXIT_USAGE
@@ -146,7 +146,7 @@ def _prepare(argv: list[str] | None, stdin: IO[Any] | None, stdout: IO[bytes] | 
                        stdout is None, auth)
 
 
-def _scheme_checked(auth: Any, address: Any, what: str) -> Any:
+def scheme_checked(auth: Any, address: Any, what: str) -> Any:
     """`auth` as `address`'s scheme asks (https:// is TLS); UsageError when the two
     disagree (http:// with TLS files), naming where the address came from."""
     from gazette.auth import auth_for
@@ -158,9 +158,9 @@ def _scheme_checked(auth: Any, address: Any, what: str) -> Any:
         raise UsageError(f"{what} address from {address.source}: {err.reason}") from None
 
 
-def _client_auth(args: argparse.Namespace, env: Mapping[str, str]) -> Any:
-    """The `ClientAuth` of the flags, else the environment (UsageError naming what is
-    wrong: a missing file, a malformed token)."""
+def client_auth(args: object, env: Mapping[str, str]) -> Any:
+    """The `ClientAuth` of the flags (`args`' attributes), else the environment
+    (UsageError naming what is wrong: a missing file, a malformed token)."""
     from gazette.auth import ClientAuth, TLSFiles
     from gazette.errors import ValidationError
 

@@ -6,7 +6,8 @@ replication 3, copied on all three), appends and reads over the first broker's H
 gateway as the tutorial's ``curl`` commands do (it forwards to whichever broker serves
 the journal), persists a fragment and lists it (`gazette_dev.walkthrough`), starts a
 consumer member of the word-count example (`gazette_dev.word_count`) and asks it a
-word's count, then keeps running until Ctrl-C (``--exit`` stops when done, for CI). A
+word's count, starts the web console (`gazette.console`) in this process, then keeps
+running until Ctrl-C (``--exit`` stops when done, for CI). A
 port it cannot listen on is one line on stderr and exit 1, before anything starts.
 Ctrl-C, SIGTERM and SIGHUP (its terminal closed) stop it in order; a second one at once
 (`gazette_dev.stopper`).
@@ -26,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
+from gazette.console import Console, ConsoleConfig
 from gazette.local import EmbeddedEtcd
 from gazette.serving.options import LOG_OPTIONS, add_options
 from gazette_broker.server import BrokerConfig, BrokerServer
@@ -51,6 +53,8 @@ def add_dev_parser(sub: Any) -> None:
     up.add_argument("--brokers", type=int, default=3,
                     help="how many brokers (default 3, spread over two zones)")
     up.add_argument("--etcd-port", type=int, default=0, help="etcd port (default: free)")
+    up.add_argument("--console-port", type=int, default=0,
+                    help="port of the web console (default: free)")
     up.add_argument("--exit", action="store_true",
                     help="stop once the tutorial has run, instead of serving until Ctrl-C")
     add_options(up, "gazette", LOG_OPTIONS)
@@ -64,11 +68,12 @@ class PortProblem(Exception):
 
 #: Who is likely to hold a port of each flag.
 HOLDERS = {"--port": "another broker or `make demo`?",
-           "--http-port": "another broker or `make demo`?", "--etcd-port": "another etcd?"}
+           "--http-port": "another broker or `make demo`?", "--etcd-port": "another etcd?",
+           "--console-port": "another console or `make demo`?"}
 
 
-#: Where each flag's port is listened on: the brokers on every interface, etcd on
-#: loopback.
+#: Where each flag's port is listened on: the brokers on every interface, etcd and the
+#: console on loopback.
 EVERY_INTERFACE = ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0"))
 LOOPBACK = ((socket.AF_INET, "127.0.0.1"),)
 
@@ -81,7 +86,8 @@ def port_problem(flag: str, port: int) -> str | None:
     with another broker's gRPC server without a word."""
     if port <= 0:
         return None
-    for family, host in LOOPBACK if flag == "--etcd-port" else EVERY_INTERFACE:
+    for family, host in LOOPBACK if flag in ("--etcd-port", "--console-port") \
+            else EVERY_INTERFACE:
         try:
             probe = socket.socket(family)
         except OSError:
@@ -100,13 +106,14 @@ def port_problem(flag: str, port: int) -> str | None:
     return None
 
 
-def ports_problem(grpc_port: int, http_port: int, etcd_port: int = 0) -> str | None:
+def ports_problem(grpc_port: int, http_port: int, etcd_port: int = 0,
+                  console_port: int = 0) -> str | None:
     """The first problem with the ports of the command line, or None."""
     if grpc_port > 0 and grpc_port == http_port:
         return (f"gazette dev up: --port and --http-port are both {grpc_port}; "
                 "give them different ports, or 0 for free ones")
     for flag, port in (("--port", grpc_port), ("--http-port", http_port),
-                       ("--etcd-port", etcd_port)):
+                       ("--etcd-port", etcd_port), ("--console-port", console_port)):
         problem = port_problem(flag, port)
         if problem:
             return problem
@@ -118,7 +125,7 @@ def dev_up(args: argparse.Namespace) -> int:
     rather than a traceback after etcd came up."""
     import uvloop
 
-    problem = ports_problem(args.port, args.http_port, args.etcd_port)
+    problem = ports_problem(args.port, args.http_port, args.etcd_port, args.console_port)
     if problem:
         print(problem, file=sys.stderr)
         return 1
@@ -145,7 +152,7 @@ def dev_up(args: argparse.Namespace) -> int:
                 for i in range(max(1, args.brokers))]
             try:
                 status = uvloop.run(_run(configs, sys.stdout, stay=not args.exit,
-                                         stopper=stopper))
+                                         stopper=stopper, console_port=args.console_port))
             except PortProblem as err:  # taken since the check: etcd stops on the way out
                 print(err, file=sys.stderr)
             finally:
@@ -164,7 +171,7 @@ ZONES = ("zone-a", "zone-a", "zone-b")
 
 
 async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
-               stopper: Stopper | None = None) -> int:
+               stopper: Stopper | None = None, console_port: int = 0) -> int:
     """The walk-through, then serving (`stay`) until `stopper`'s first signal (0); a
     signal before serving stops what started (128 + the signal)."""
     # The consumer side only here: ``gazette serve`` (the same command) never loads it.
@@ -173,6 +180,7 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
 
     servers = [BrokerServer(config) for config in configs]
     consumer: ConsumerMember | None = None
+    console: Console | None = None
     stop = asyncio.Event()
     main = asyncio.current_task()
     starting = True
@@ -201,12 +209,13 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
         assert configs[0].file_root is not None, "dev up keeps fragments in a folder"
         consumer = await word_count(server.endpoint, configs[0].etcd_address,
                                     configs[0].file_root.parent, out)
+        console = await start_console(server, consumer, configs[0], console_port, out)
         starting = False
         if not stay:
             print(f"\n{EXIT_DONE}", file=out, flush=True)
         else:
-            print(serving_hints(server, consumer, configs[0].etcd_address), file=out,
-                  flush=True)
+            print(serving_hints(server, consumer, configs[0].etcd_address, console),
+                  file=out, flush=True)
             await _serve(servers, consumer, stop)
     except asyncio.CancelledError:
         if stopper is None or not stopper.signalled or main is None:
@@ -217,6 +226,8 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
         starting = False
         print("\nStopping: the consumer member, then draining and persisting every broker, "
               "then etcd.", file=out, flush=True)
+        if console is not None:
+            await console.stop()
         if consumer is not None:
             await consumer.stop()
         for server in reversed(servers):
@@ -224,7 +235,29 @@ async def _run(configs: list[BrokerConfig], out: TextIO, stay: bool,
     return 0
 
 
-def serving_hints(server: BrokerServer, consumer: Any, etcd_address: str) -> str:
+async def start_console(server: BrokerServer, consumer: Any, config: BrokerConfig,
+                        port: int, out: TextIO) -> Console:
+    """The web console of the local cluster, in this process, on loopback; its address
+    printed."""
+    console = Console(ConsoleConfig(
+        port=port, broker_address=server.endpoint, consumer_address=consumer.endpoint,
+        etcd_address=config.etcd_address, etcd_prefix=config.etcd_prefix))
+    try:
+        await console.start()
+    except OSError as err:
+        problem = ports_problem(0, 0, console_port=port)
+        if problem:
+            raise PortProblem(problem) from err
+        raise
+    print(f"\n$ gazette console --broker.address {server.endpoint} --consumer.address "
+          f"{consumer.endpoint} --etcd.address {config.etcd_address} --console.port "
+          f"{console.port}\n  console {console.url} (journals, messages, shards, members, "
+          "events)", file=out)
+    return console
+
+
+def serving_hints(server: BrokerServer, consumer: Any, etcd_address: str,
+                  console: Any = None) -> str:
     """What to try, each command with the addresses it needs, runnable as printed from
     this folder (the installation's commands by path: bare ones need its virtualenv
     activated), then the exports the docs' commands read, and `SERVING_STOP`."""
@@ -242,6 +275,7 @@ def serving_hints(server: BrokerServer, consumer: Any, etcd_address: str) -> str
         f"--etcd.address {etcd_address} publish 'the end'",
         f"  curl {consumer.http_url}/word-count/end",
         f"  {gazctl} shards list --primary --consumer.address {consumer.endpoint}",
+        *([f"  open {console.url} in a browser: the web console"] if console else []),
         "The docs' commands (docs/consumers.md, docs/events.md) read these:",
         f"  export BROKER_ADDRESS={broker} ETCD_ADDRESS={etcd_address} "
         f"CONSUMER_ADDRESS={consumer.endpoint}",
