@@ -140,6 +140,9 @@ class Supervisor:
             raise RuntimeError("the supervisor is closed")
         if name in self._tasks:
             raise ValueError(f"task {name} is already running")
+        # Exported at 0 from the start: an alert on their increase sees the first one.
+        TASK_RESTARTS.labels(kind or name)
+        TASK_FAILURES.labels(kind or name)
         self._tasks[name] = asyncio.create_task(
             self._run(name, kind or name, factory, transient or self.transient), name=name)
 

@@ -51,6 +51,8 @@ RPC_SECONDS = Histogram("gazette_grpc_request_seconds", "Duration of gRPC calls 
                         ["method"], buckets=(.001, .005, .025, .1, .5, 2.5, 10, 60, 600))
 AUTH_REFUSALS = Counter("gazette_auth_refusals_total",
                         "Requests refused by authorization, by reason", ["reason"])
+for _reason in ("unauthenticated", "permission_denied"):  # exported at 0 (`status_of`)
+    AUTH_REFUSALS.labels(_reason)
 
 
 @dataclass(frozen=True, slots=True)

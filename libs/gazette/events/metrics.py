@@ -36,3 +36,4 @@ def count_handler(group: str, topic: str, handler: str, policy: str) -> None:
     increase then sees the first one (a series that appears with value 1 has none)."""
     FAILURES.labels(group, topic, handler, policy)
     DEAD_LETTERS.labels(group, topic, handler)
+    SKIPPED.labels(group, topic, handler)

@@ -94,6 +94,8 @@ class KeySpace(Generic[V]):
         self.etcd = etcd
         self.prefix = prefix
         self.decode = decode
+        for counter in (KEYSPACE_RELOADS, KEYSPACE_WATCH_RESTARTS, KEYSPACE_DECODE_ERRORS):
+            counter.labels(prefix)  # exported at 0: alerts and panels see the first
         #: The etcd revision this mirror reflects: every change at or below it is applied.
         self.revision = 0
         #: The highest revision etcd is known to have reached (response headers): at

@@ -97,6 +97,7 @@ class FramedServer:
         the member spec): connections are refused UNAVAILABLE until then."""
         self.rpcs, self.authorizer = rpcs, authorizer
         self.max_body, self.depth, self.ssl = max_body, depth, ssl_context
+        APPENDS.labels("OK")  # exported at 0 while the data path serves no append
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
