@@ -105,7 +105,7 @@ def offset_of(values: Mapping[str, str]) -> int:
     text = param(values, "offset") or "0"
     try:
         return offset_arg(text)
-    except ValueError as err:
+    except (ValueError, argparse.ArgumentTypeError) as err:
         raise BadInput(str(err), field="offset") from None
 
 

@@ -5,6 +5,7 @@ only make it readable."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Mapping
@@ -103,7 +104,7 @@ def int_param(query: Mapping[str, str], name: str, default: int, lo: int, hi: in
         return default
     try:
         return bounded_int(text, what, lo, hi, above=above, below=below)
-    except ValueError as err:  # argparse.ArgumentTypeError
+    except (ValueError, argparse.ArgumentTypeError) as err:
         raise BadInput(str(err), field=name) from None
 
 
