@@ -39,9 +39,11 @@ async def groups(backend: Backend) -> list[Group]:
     return await read_groups(backend.etcd, config.etcd_prefix, config.consumer_etcd_prefix)
 
 
-async def source(backend: Backend, app: str) -> tuple[ShardClient, str, list[str], str]:
-    """The shard client of `app`'s members (from etcd), or of --consumer.address; what
-    it is; the applications etcd knows (for the page's choice); and why those are
+async def source(backend: Backend, app: str
+                 ) -> tuple[ShardClient, str, str, list[str], str]:
+    """The shard client of `app`'s members (from etcd), else of --consumer.address
+    (else of the first application in etcd); the application ("": the address's);
+    what it is; the applications etcd knows (for the page's choice); and why those are
     unknown, if they are."""
     apps: list[str] = []
     found: dict[str, Group] = {}
@@ -54,8 +56,10 @@ async def source(backend: Backend, app: str) -> tuple[ShardClient, str, list[str
             if app:
                 raise
             problem = f"the applications in etcd are unknown: {err}"
+    if not app and apps and backend.resolved.consumer.source == "the default":
+        app = apps[0]  # no --consumer.address given: the first application in etcd
     if not app:
-        return (backend.shards(), f"the consumer member at {backend.consumer}", apps,
+        return (backend.shards(), "", f"the consumer member at {backend.consumer}", apps,
                 problem)
     if backend.etcd is None:
         raise BadInput(f"the console has no --etcd.address, so it cannot find the members "
@@ -67,7 +71,8 @@ async def source(backend: Backend, app: str) -> tuple[ShardClient, str, list[str
     if not endpoint:
         raise NotFound(f"application {app!r} has shards but no running member to ask",
                        field="app")
-    return backend.shards(endpoint), f"application {app} (member {endpoint})", apps, ""
+    return (backend.shards(endpoint), app, f"application {app} (member {endpoint})", apps,
+            problem)
 
 
 async def lag_of(backend: Backend, client: ShardClient, shards: list[ListedShard]
@@ -91,7 +96,7 @@ def shard_row(shard: ListedShard, lag: dict[str, int | None]) -> dict[str, Any]:
 async def shards(backend: Backend, query: Mapping[str, str]) -> Page:
     app = param(query, "app")
     selector = selector_param(query)
-    client, what, apps, problem = await source(backend, app)
+    client, app, what, apps, problem = await source(backend, app)
     listed = await client.list(selector)
     lag, lag_problem = await lag_of(backend, client, listed)
     return "shards.html", {"app": app, "apps": apps, "what": what,
@@ -103,7 +108,7 @@ async def shards(backend: Backend, query: Mapping[str, str]) -> Page:
 async def shard(backend: Backend, query: Mapping[str, str]) -> Page:
     shard_id = shard_param(query, "id")
     app = param(query, "app")
-    client, what, _, _ = await source(backend, app)
+    client, app, what, _, _ = await source(backend, app)
     listed = [s for s in await client.list(Selector(LabelSet([("id", shard_id)])))
               if s.spec.id == shard_id]
     if not listed:

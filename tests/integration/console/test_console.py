@@ -73,7 +73,6 @@ async def test_journals_page_shows_labels_write_heads_and_routes(
         replicas = [m for i, m in enumerate(journal.route.members)
                     if i != journal.route.primary]
         assert row[5] == (", ".join(f"{m.suffix} ({m.zone})" for m in replicas) or "—")
-    await screenshot(page, "journals")
 
 
 async def persisted_orders(cluster: Cluster, journal: str, n: int) -> None:
@@ -253,7 +252,10 @@ async def test_the_browser_pages_through_10000_messages(cluster: Cluster, page: 
     seen, pages = await page_through(page, base + "&mode=committed")
     assert seen == commit_order
     print(f"paged 2 x 10,000 messages in {time.monotonic() - started:.1f} s")
-    await page.goto(base + "&mode=uncommitted&offset=0&limit=20")
+    await page.goto(cluster.url("writer", "/journals?selector=prefix%3Dconsole%2F"))
+    await screenshot(page, "journals")
+    await page.goto(cluster.url("writer", "/messages?journal=console%2Fmany&offset=0&"
+                                "limit=20&mode=uncommitted"))
     meta = await text_of(page, "#messages li.message .meta")
     assert "outside transactions" in meta and "producer " in meta and "UTC" in meta
     await screenshot(page, "messages")
