@@ -76,13 +76,24 @@ async def test_journals_page_shows_labels_write_heads_and_routes(
 
 
 async def persisted_orders(cluster: Cluster, journal: str, n: int) -> None:
-    """`n` appends to `journal`, each rolled into a fragment of its own and persisted."""
+    """`n` appends to `journal`, each rolled into a fragment of its own, and every
+    closed fragment persisted (as the broker lists them)."""
     [primary] = [b for b in cluster.brokers if (r := b.broker.replicas.get(journal))
                  is not None and r.is_primary]
     for i in range(n):
         await cluster.client.append(journal, json.dumps({"order": 10 + i}).encode() + b"\n")
         await primary.broker.replicas[journal].roll()
+    head = await cluster.client.write_head(journal)
     await primary.broker.persister.wait_idle()
+
+    async def listed() -> bool:
+        for broker in cluster.brokers:  # (the index learns of uploads at a refresh)
+            if (replica := broker.broker.replicas.get(journal)) is not None:
+                await replica.refresh()
+        fragments = await cluster.client.list_fragments(journal)
+        return all(f.fragment.mod_time for f in fragments if f.fragment.end <= head)
+
+    await eventually(listed, f"the fragments of {journal} are listed as persisted", 20)
 
 
 async def test_journal_page_shows_spec_and_fragments(cluster: Cluster, page: Any) -> None:
