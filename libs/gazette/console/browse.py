@@ -15,7 +15,7 @@ began; read uncommitted to see it), so every page moves on.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +169,7 @@ class _Read:
     def raw(self, begin: int, end: int) -> bytes:
         return bytes(self.buf[begin - self.base:end - self.base])
 
-    async def batches(self) -> AsyncIterator[list[Envelope | FrameError]]:
+    async def batches(self) -> AsyncGenerator[list[Envelope | FrameError], None]:
         """Frames in order: envelopes and, where they are, frames that are no message."""
         reads = self.client.read(self.journal, self.start, end_offset=self.head)
         async with contextlib.aclosing(reads):
@@ -257,15 +257,16 @@ def _show(read: _Read, frame: Envelope | FrameError) -> Item:
 
 async def _uncommitted(page: MessagePage, read: _Read, limit: int) -> None:
     end, full = read.start, False
-    async for batch in read.batches():
-        for frame in batch:
-            page.items.append(_show(read, frame))
-            end = frame.end
-            if len(page.items) >= limit:
-                full = True
+    async with contextlib.aclosing(read.batches()) as batches:  # (its read ends here)
+        async for batch in batches:
+            for frame in batch:
+                page.items.append(_show(read, frame))
+                end = frame.end
+                if len(page.items) >= limit:
+                    full = True
+                    break
+            if full:
                 break
-        if full:
-            break
     if not page.items and read.stopped:
         end = read.base + len(read.buf)
     page.at_head = not full and not read.stopped
@@ -276,32 +277,33 @@ async def _committed(page: MessagePage, read: _Read, cursor: Cursor, limit: int)
     sequencer = Sequencer()
     position, at_position, full, cut = -1, 0, False, False
     last: list[Envelope | FrameError] = []  # what committed at `position`
-    async for batch in read.batches():
-        for frame in batch:
-            if isinstance(frame, FrameError):
-                emitted: list[Envelope | FrameError] = [frame]
-            else:
-                sequencer.queue(frame)
-                emitted = list(await drain_committed(sequencer, read.replay))
-            position, at_position, last = frame.end, 0, []
-            for env in emitted:
-                last.append(env)
-                at_position += 1
-                if position < cursor.after or (position == cursor.after
-                                               and at_position <= cursor.skip):
-                    continue  # shown on an earlier page
-                if isinstance(env, Envelope) and env.uuid and \
-                        flags_of(env.uuid) & Flags.ACK_TXN:
-                    continue  # an ACK commits; it is no message of its own
-                page.items.append(_show(read, env))
-                if len(page.items) >= limit:
-                    full = True
+    async with contextlib.aclosing(read.batches()) as batches:  # (its read ends here)
+        async for batch in batches:
+            for frame in batch:
+                if isinstance(frame, FrameError):
+                    emitted: list[Envelope | FrameError] = [frame]
+                else:
+                    sequencer.queue(frame)
+                    emitted = list(await drain_committed(sequencer, read.replay))
+                position, at_position, last = frame.end, 0, []
+                for env in emitted:
+                    last.append(env)
+                    at_position += 1
+                    if position < cursor.after or (position == cursor.after
+                                                   and at_position <= cursor.skip):
+                        continue  # shown on an earlier page
+                    if isinstance(env, Envelope) and env.uuid and \
+                            flags_of(env.uuid) & Flags.ACK_TXN:
+                        continue  # an ACK commits; it is no message of its own
+                    page.items.append(_show(read, env))
+                    if len(page.items) >= limit:
+                        full = True
+                        break
+                if full:
+                    cut = at_position < len(emitted)
                     break
             if full:
-                cut = at_position < len(emitted)
                 break
-        if full:
-            break
     page.at_head = not full and not read.stopped
     if position < 0:  # no frame: nothing moves, unless bytes were read and cut short
         offset = read.base + len(read.buf) if read.stopped else cursor.offset
