@@ -5,6 +5,7 @@ shards' lag and status are gazctl's (`gazette.gazctl.shards`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,11 +85,30 @@ async def lag_of(backend: Backend, client: ShardClient, shards: list[ListedShard
         return {}, f"lag is unknown: {err}"
 
 
-def shard_row(shard: ListedShard, lag: dict[str, int | None]) -> dict[str, Any]:
+async def checkpoints(client: ShardClient, shards: list[ListedShard]
+                      ) -> dict[str, dict[str, int]]:
+    """Each running shard's checkpoint: the offsets of its sources it has read through
+    (a shard without a running primary has none to show)."""
+    async def one(shard: ListedShard) -> dict[str, int] | None:
+        try:
+            return (await client.stat(shard.spec.id)).read_through
+        except ShardError as err:
+            if err.status in NOT_RUNNING:
+                return None
+            raise
+
+    found = await asyncio.gather(*(one(s) for s in shards))
+    return {s.spec.id: f for s, f in zip(shards, found, strict=True) if f is not None}
+
+
+def shard_row(shard: ListedShard, lag: dict[str, int | None],
+              read_through: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     value = lag.get(shard.spec.id)
+    through = (read_through or {}).get(shard.spec.id, {})
     return {"id": shard.spec.id, "status": status_text(shard),
             "replicas": replicas_of(shard), "route": RouteView.of(shard.route),
             "sources": [s.journal for s in shard.spec.sources],
+            "read_through": [through.get(s.journal) for s in shard.spec.sources],
             "lag": None if value is None else human_bytes(value),
             "disabled": shard.spec.disable}
 
@@ -99,9 +119,12 @@ async def shards(backend: Backend, query: Mapping[str, str]) -> Page:
     client, app, what, apps, problem = await source(backend, app)
     listed = await client.list(selector)
     lag, lag_problem = await lag_of(backend, client, listed)
+    read_through: dict[str, dict[str, int]] = {}
+    if not lag_problem:  # (else the same refusal again)
+        read_through = await checkpoints(client, listed)
     return "shards.html", {"app": app, "apps": apps, "what": what,
                            "selector": param(query, "selector"),
-                           "rows": [shard_row(s, lag) for s in listed],
+                           "rows": [shard_row(s, lag, read_through) for s in listed],
                            "notes": [n for n in (problem, lag_problem) if n]}
 
 

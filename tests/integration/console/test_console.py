@@ -21,6 +21,7 @@ from gazette.console import Console
 from gazette.labels import Selector
 from gazette.message import JsonMessage, framing_for
 from gazette.message.uuid import Clock, Flags, build, new_producer_id, to_str
+from tests.fixtures.consumer import publish
 from tests.fixtures.polling import eventually
 from tests.fixtures.procs import free_port
 from tests.integration.console.conftest import (
@@ -121,7 +122,20 @@ async def test_journal_page_shows_spec_and_fragments(cluster: Cluster, page: Any
 
 async def test_shards_page_shows_primaries_standbys_and_lag(
         cluster: Cluster, page: Any) -> None:
-    listed = await cluster.consoles["writer"].backend.shards().list()
+    shards = cluster.consoles["writer"].backend.shards()
+    await publish(cluster.client, 40)  # ten messages to each shard's source
+    listed = await shards.list()
+    heads = {s.spec.id: await cluster.client.write_head(s.spec.sources[0].journal)
+             for s in listed}
+
+    async def caught_up() -> bool:
+        for shard in listed:
+            stat = await shards.stat(shard.spec.id)
+            if stat.read_through.get(shard.spec.sources[0].journal) != heads[shard.spec.id]:
+                return False
+        return True
+
+    await eventually(caught_up, "every shard read its source through", 20)
     await page.goto(cluster.url("writer", "/shards"))
     rows = await page.eval_on_selector_all(
         "#shards tbody tr", "rows => rows.map(r => Array.from(r.cells, c => "
@@ -133,6 +147,7 @@ async def test_shards_page_shows_primaries_standbys_and_lag(
         assert f"primary {primary.suffix} ({primary.zone}): primary" in row[2]
         assert "standby " in row[2] and ": standby" in row[2]
         assert row[3].endswith("B")  # a lag, in bytes
+        assert row[4] == f"{shard.spec.sources[0].journal} @ {heads[shard.spec.id]}"
     await screenshot(page, "shards")
     async with page.expect_navigation():
         await page.click(f"text={listed[0].spec.id}")
