@@ -45,6 +45,8 @@ class Broker:
     lease_ttl: int
     security: ClusterSecurity
     http_port: int = -1
+    #: Its data path's port (0: any free one; -1: none): on as the suites' runs say.
+    data_port: int = DATA_PORT
     process: Process = field(init=False)
     #: How often this broker was SIGKILLed by the test.
     kills: int = field(default=0, init=False)
@@ -59,7 +61,7 @@ class Broker:
                 "--broker.lease-ttl", str(self.lease_ttl), "--broker.grace", "2",
                 "--broker.drain-timeout", "20",
                 "--etcd.address", self.etcd, "--etcd.prefix", self.prefix,
-                "--broker.data-port", str(DATA_PORT), *self.security.flags()]
+                "--broker.data-port", str(self.data_port), *self.security.flags()]
         self.process = Process(self.name, argv, self.workdir / f"{self.name}.log")
 
     @property

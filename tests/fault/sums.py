@@ -47,6 +47,8 @@ class Member:
     env: dict[str, str]
     security: ClusterSecurity
     port: int = field(default_factory=free_port)
+    #: Its HTTP port (``/metrics``, ``/healthz``, the application's routes).
+    http_port: int = field(default_factory=free_port)
     #: The application served on stream-sum's shards (another module names its app
     #: with ``CONSUMER_APP`` in `env`).
     app: str = APP_MODULE
@@ -56,7 +58,7 @@ class Member:
         argv = [sys.executable, "-m", "gazette_consumer", "serve", "--app", self.app,
                 "--consumer.zone", self.zone, "--consumer.id", self.name,
                 "--consumer.host", "127.0.0.1", "--consumer.bind", "127.0.0.1",
-                "--consumer.port", str(self.port), "--consumer.http-port", str(free_port()),
+                "--consumer.port", str(self.port), "--consumer.http-port", str(self.http_port),
                 "--consumer.lease-ttl", str(LEASE_TTL), "--consumer.drain-timeout", "20",
                 "--broker.address", self.brokers, "--etcd.address", self.etcd,
                 "--etcd.prefix", CONSUMERS, *self.security.flags()]
@@ -161,17 +163,21 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(workdir: Path, etcd_nodes: int = 1, **setup_kw: Any
+async def running_cluster(workdir: Path, etcd_nodes: int = 1, broker_http: bool = False,
+                          data_path: bool | None = None, **setup_kw: Any
                           ) -> AsyncIterator[Cluster]:
     """The cluster (on an etcd of `etcd_nodes` members), its journals and shards made
     (`setup_kw`: more of `setup`'s options); members are started by the test, and
-    everything is killed at the end."""
+    everything is killed at the end. `broker_http`: brokers serve HTTP (and so
+    ``/metrics``) on ports of their own; `data_path`: brokers serve the data path (None:
+    as ``GAZETTE_TEST_DATA_PATH`` says)."""
     security = ClusterSecurity.make(workdir / "pki")
     etcd = EmbeddedEtcd(workdir / "etcd", tls=security.etcd_tls) if etcd_nodes == 1 \
         else EtcdCluster(workdir / "etcd", etcd_nodes, tls=security.etcd_tls)
     await asyncio.to_thread(etcd.start)
     brokers = [Broker(zone, f"broker-{i}", free_port(), workdir, etcd.endpoint, BROKERS,
-                      LEASE_TTL, security)
+                      LEASE_TTL, security, http_port=free_port() if broker_http else -1,
+                      **({} if data_path is None else {"data_port": 0 if data_path else -1}))
                for i, zone in enumerate(["zone-a", "zone-a", "zone-b"])]
     cluster = Cluster(workdir, etcd, brokers, security)
     try:

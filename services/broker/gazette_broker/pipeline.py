@@ -41,6 +41,8 @@ PIPELINES = Counter("gazette_broker_pipelines_opened_total",
 REPLICATION_FAILURES = Counter("gazette_broker_replication_failures_total",
                                "Replications that failed, by whether peers may hold the "
                                "append (uncertain) or not (failed)", ["outcome"])
+for _outcome in ("failed", "uncertain"):  # exported at 0: panels see the first
+    REPLICATION_FAILURES.labels(_outcome)
 
 REPLICATE_METHOD = "/gazette.broker.Journal/Replicate"
 #: How long a peer may take to answer a proposal.
