@@ -44,6 +44,10 @@ as an event). Configured by the environment only."""
 ENVIRONMENT = """\
 environment:
   ETCD_ADDRESS          etcd endpoint (default http://localhost:2379)
+  ETCD_CERT_FILE, ETCD_KEY_FILE, ETCD_CA_FILE
+                        etcd client TLS: the certificate and key presented to etcd, the CA
+                        that verifies it (default: none; an https:// etcd is then verified
+                        with the system's CAs)
   BROKER_ETCD_PREFIX    prefix of the broker keyspace, journal specs (default /gazette/cluster)
   CONSUMER_ETCD_PREFIX  prefix of the consumer keyspace, shard specs (default /gazette/consumers)
   OPERATOR_ETCD_PREFIX  prefix of the operator's records of which resource owns which spec

@@ -35,6 +35,7 @@ from prometheus_client import Counter
 
 from gazette import names
 from gazette.allocator import assignments_from, route_of
+from gazette.auth import TLSFiles
 from gazette.errors import GazetteError, ValidationError
 from gazette.keyspace import BROKER_ROOT, CONSUMER_ROOT, Etcd
 from gazette.protocol import JournalSpec
@@ -80,6 +81,7 @@ class Config:
 
     def __init__(self, env: Mapping[str, str] = os.environ) -> None:
         self.etcd_address = env.get("ETCD_ADDRESS", "http://localhost:2379")
+        self.etcd_tls = etcd_tls(env)
         self.broker_root = env.get("BROKER_ETCD_PREFIX", BROKER_ROOT)
         self.consumer_root = env.get("CONSUMER_ETCD_PREFIX", CONSUMER_ROOT)
         self.operator_root = names.validate_etcd_prefix(
@@ -94,6 +96,24 @@ class Config:
         """How long a deleted resource's tombstone outlives it: longer than any drift
         check in flight."""
         return int(max(60.0, 3 * self.drift_interval))
+
+
+#: The environment of etcd's client TLS (as the chart sets it under ``etcd.tls``).
+ETCD_TLS_ENV = {"cert_file": "ETCD_CERT_FILE", "key_file": "ETCD_KEY_FILE",
+                "ca_file": "ETCD_CA_FILE"}
+
+
+def etcd_tls(env: Mapping[str, str]) -> TLSFiles | None:
+    """etcd's client TLS from the environment (None: none set: an ``https://`` etcd is
+    then verified with the system's CAs)."""
+    files = {field: env.get(name, "") for field, name in ETCD_TLS_ENV.items()}
+    if not any(files.values()):
+        return None
+    try:
+        return TLSFiles(**files)
+    except ValidationError as err:
+        field = err.field.removeprefix("tls.").replace("-", "_")
+        raise ValidationError(ETCD_TLS_ENV.get(field, "ETCD_CERT_FILE"), err.reason) from None
 
 
 def validate_finalizer(value: str) -> str:
@@ -145,7 +165,7 @@ def _reason(status: Mapping[str, Any], kind: str) -> str | None:
 
 async def _writer(memo: Any) -> SpecWriter:
     if getattr(memo, "etcd", None) is None:
-        memo.etcd = Etcd(memo.config.etcd_address)
+        memo.etcd = Etcd(memo.config.etcd_address, tls=memo.config.etcd_tls)
         await memo.etcd.connect()
     return SpecWriter(memo.etcd, memo.config.operator_root)
 

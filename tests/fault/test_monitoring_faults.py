@@ -24,7 +24,6 @@ import pytest
 from gazette.client import JournalClient, RetryPolicy
 from gazette.events.outbox import connect
 from gazette.keyspace import Etcd, Layout, apply_changes
-from gazette.local.etcd import EmbeddedEtcd
 from gazette.local.process import Process, free_port, log_tail
 from gazette.protocol import ShardSource, ShardSpec, SpecChange, journal_changes_from_yaml
 from gazette_consumer.examples.stream_sum import APP, SUMS, Driver
@@ -39,6 +38,7 @@ from tests.fixtures.promql import (
     grafana_to_promql,
     selectors,
 )
+from tests.integration.operator.test_operator import create, example
 from tests.integration.operator.test_operator_entrypoint import OperatorProcess
 
 pytestmark = pytest.mark.integration
@@ -109,8 +109,7 @@ async def alert_seen(prom: Prometheus, name: str, timeout: float = 60) -> None:
 
 
 async def test_dashboards_and_alerts_on_a_live_prometheus(
-        tmp_path: Path, pg_database: PgDatabase, kube: Emulator, etcd_server: EmbeddedEtcd,
-        etcd_prefix: str) -> None:
+        tmp_path: Path, pg_database: PgDatabase, kube: Emulator, etcd_prefix: str) -> None:
     dsn = pg_database.dsn
     async with await connect(dsn) as conn:
         await conn.execute("CREATE TABLE effects (event_id TEXT NOT NULL, member TEXT)")
@@ -121,11 +120,16 @@ async def test_dashboards_and_alerts_on_a_live_prometheus(
         cluster.member("m1", env, "zone-b")
         events_http = free_port()
         events = events_member(cluster, dsn, events_http)
-        # The operator, against the emulated Kubernetes API and an etcd of its own (it
-        # takes no etcd TLS options yet: docs/operations.md says so).
-        operator = OperatorProcess(kube, etcd_server.endpoint, etcd_prefix, tmp_path,
-                                   "gazette-operator-0", PEERING_NAME="")
+        # The operator, against the emulated Kubernetes API and the cluster's etcd
+        # (mutual TLS; a prefix of its own).
+        sec = cluster.security
+        operator = OperatorProcess(kube, cluster.etcd.endpoint, etcd_prefix, tmp_path,
+                                   "gazette-operator-0", PEERING_NAME="",
+                                   ETCD_CERT_FILE=sec.cert.cert_file,
+                                   ETCD_KEY_FILE=sec.cert.key_file,
+                                   ETCD_CA_FILE=sec.pki.ca_file)
         await operator.start()
+        await create(kube, example())  # a JournalSpec resource it writes into etcd
         scraped = jobs(cluster, events_http, operator)
         prom = Prometheus(tmp_path / "prometheus", scraped)
         retry = RetryPolicy(attempts=100, initial_delay=0.05, max_delay=0.5)
@@ -161,6 +165,11 @@ async def test_dashboards_and_alerts_on_a_live_prometheus(
                                      "series", 90, interval=2)
                 except AssertionError:
                     raise AssertionError("panels with no data:\n" + "\n".join(empty)) from None
+                # The operator wrote the resource's spec through etcd's mutual TLS.
+                written = 'gazette_operator_spec_writes_total{kind="journalspecs"}'
+                await eventually(lambda: any(float(s["value"][1]) >= 1 for s in
+                                             prom.query(written)),
+                                 "the operator wrote a spec", 30, interval=0.5)
                 missing = await missing_alert_inputs(prom)
                 assert not missing, "alerts reading no series:\n" + "\n".join(missing)
                 # The service saves every fifth order as a dead letter: that alert, only.
