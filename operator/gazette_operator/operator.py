@@ -110,7 +110,8 @@ def etcd_tls(env: Mapping[str, str]) -> TLSFiles | None:
     if not any(files.values()):
         return None
     try:
-        return TLSFiles(**files)
+        return TLSFiles(cert_file=files["cert_file"], key_file=files["key_file"],
+                        ca_file=files["ca_file"])
     except ValidationError as err:
         field = err.field.removeprefix("tls.").replace("-", "_")
         raise ValidationError(ETCD_TLS_ENV.get(field, "ETCD_CERT_FILE"), err.reason) from None
