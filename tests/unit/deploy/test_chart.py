@@ -32,7 +32,7 @@ KUBE_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
 WORKLOADS = {"Deployment", "StatefulSet", "Job"}
 #: API groups whose CRDs are not the chart's (kubernetes-validate knows neither):
 #: test_chart_security checks cert-manager's Certificates field by field.
-FOREIGN_GROUPS = ("cert-manager.io/",)
+FOREIGN_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
 
 
 def render(helm: Helm, values: Path | None, *extra: str) -> list[dict[str, Any]]:

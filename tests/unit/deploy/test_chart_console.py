@@ -39,7 +39,10 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_console_is_off_by_default(helm: Helm) -> None:
-    for values in VALUES.values():
+    """(ci/full-values.yaml turns every feature on, the console too.)"""
+    for name, values in VALUES.items():
+        if name == "full":
+            continue
         objects = render(helm, values)
         assert not [o for o in objects if o["metadata"]["name"].endswith("-console")]
 

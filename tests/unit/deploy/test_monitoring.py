@@ -275,8 +275,9 @@ def container_ports(pod: dict[str, Any]) -> set[str]:
     return {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
 
 
-@pytest.mark.parametrize("values", list(VALUES))
+@pytest.mark.parametrize("values", [v for v in VALUES if v != "full"])
 def test_monitoring_is_off_by_default(helm: Helm, values: str) -> None:
+    """(ci/full-values.yaml turns every feature on, monitoring too.)"""
     objects = render(helm, VALUES[values])
     assert not [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
     assert not dashboard_config_maps(objects)
