@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gazette.console.config import CONSOLE_OPTIONS
 from gazette.serving.options import LOG_OPTIONS, SECURITY_OPTIONS, Option, markdown_table
 from gazette_broker.cli import SERVE_OPTIONS as BROKER_OPTIONS
 from gazette_consumer.cli import APP_OPTION
@@ -33,10 +34,12 @@ TABLES: dict[str, list[Option]] = {
     "gazette-consumer serve": [APP_OPTION, *_without_security(CONSUMER_OPTIONS),
                                *LOG_OPTIONS],
     "security": list(SECURITY_OPTIONS),
+    "gazette console": [*CONSOLE_OPTIONS, *LOG_OPTIONS],
 }
 
 #: The docs that hold tables.
-DOCS = [ROOT / "docs" / name for name in ("broker.md", "consumers.md", "security.md")]
+DOCS = [ROOT / "docs" / name for name in ("broker.md", "consumers.md", "security.md",
+                                                 "console.md")]
 
 MARKED = re.compile(r"(<!-- options: (?P<name>[^>]+?) -->\n)(?P<table>.*?)(<!-- end options -->)",
                     re.DOTALL)

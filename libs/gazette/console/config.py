@@ -14,7 +14,7 @@ from gazette.errors import ValidationError
 from gazette.gazctl.__main__ import client_auth, scheme_checked
 from gazette.gazctl.config import Address, UsageError, broker_address, consumer_address
 from gazette.keyspace import BROKER_ROOT, CONSUMER_ROOT
-from gazette.serving.options import Option, with_defaults
+from gazette.serving.options import ETCD_TLS_OPTIONS, Option, with_defaults
 
 #: The default port of the console's pages.
 DEFAULT_PORT = 8088
@@ -127,10 +127,5 @@ CONSOLE_OPTIONS: tuple[Option, ...] = with_defaults(ConsoleConfig, [
     Option("--auth.token", "AUTH_TOKEN", "auth_token", str,
            "the bearer token of every call; its capabilities decide which write actions "
            "(replay) the pages offer: none without a token"),
-    Option("--etcd.cert-file", "ETCD_CERT_FILE", "etcd_cert_file", str,
-           "PEM client certificate toward etcd (with an https:// --etcd.address)"),
-    Option("--etcd.key-file", "ETCD_KEY_FILE", "etcd_key_file", str,
-           "PEM private key of --etcd.cert-file"),
-    Option("--etcd.ca-file", "ETCD_CA_FILE", "etcd_ca_file", str,
-           "PEM CA bundle verifying etcd's certificate"),
+    *ETCD_TLS_OPTIONS,
 ])

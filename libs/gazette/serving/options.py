@@ -112,6 +112,16 @@ def etcd_options(who: str) -> list[Option]:
     ]
 
 
+#: etcd's client TLS (the `etcd_*_file` fields of whatever config takes them).
+ETCD_TLS_OPTIONS = (
+    Option("--etcd.cert-file", "ETCD_CERT_FILE", "etcd_cert_file", str,
+           "PEM client certificate toward etcd (with an https:// --etcd.address)"),
+    Option("--etcd.key-file", "ETCD_KEY_FILE", "etcd_key_file", str,
+           "PEM private key of --etcd.cert-file"),
+    Option("--etcd.ca-file", "ETCD_CA_FILE", "etcd_ca_file", str,
+           "PEM CA bundle verifying etcd's certificate"),
+)
+
 #: The security options of a serving member (fields of `gazette.auth.SecurityConfig`).
 SECURITY_OPTIONS: tuple[Option, ...] = with_defaults(SecurityConfig, [
     Option("--tls.cert-file", "TLS_CERT_FILE", "tls_cert_file", str,
@@ -128,12 +138,7 @@ SECURITY_OPTIONS: tuple[Option, ...] = with_defaults(SecurityConfig, [
            "commas; the first signs, all verify): every request then needs a bearer token"),
     Option("--auth.token", "AUTH_TOKEN", "auth_token", str,
            "bearer token of this member's own calls, when it has no keys"),
-    Option("--etcd.cert-file", "ETCD_CERT_FILE", "etcd_cert_file", str,
-           "PEM client certificate toward etcd (with an https:// --etcd.address)"),
-    Option("--etcd.key-file", "ETCD_KEY_FILE", "etcd_key_file", str,
-           "PEM private key of --etcd.cert-file"),
-    Option("--etcd.ca-file", "ETCD_CA_FILE", "etcd_ca_file", str,
-           "PEM CA bundle verifying etcd's certificate"),
+    *ETCD_TLS_OPTIONS,
     Option("--log.access", "LOG_ACCESS", "log_access", flag_bool,
            "log one line per gRPC call: method, status, seconds, peer, caller"),
 ])
