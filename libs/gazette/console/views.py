@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,25 +66,24 @@ def param(query: Mapping[str, str], name: str, default: str = "") -> str:
     return query.get(name, default).strip()
 
 
-def journal_param(query: Mapping[str, str], name: str = "journal") -> str:
-    """A journal name (required), checked as the protocol checks it."""
+def _name_param(query: Mapping[str, str], name: str, what: str,
+                validate: Callable[[str, str], str]) -> str:
+    """A required name, checked as the protocol checks it."""
     value = param(query, name)
     if not value:
-        raise BadInput("give a journal name", field=name)
+        raise BadInput(f"give a {what}", field=name)
     try:
-        return names.validate_journal_name(value, name)
+        return validate(value, name)
     except ValidationError as err:
         raise bad(err, name) from None
+
+
+def journal_param(query: Mapping[str, str], name: str = "journal") -> str:
+    return _name_param(query, name, "journal name", names.validate_journal_name)
 
 
 def shard_param(query: Mapping[str, str], name: str = "id") -> str:
-    value = param(query, name)
-    if not value:
-        raise BadInput("give a shard ID", field=name)
-    try:
-        return names.validate_shard_id(value, name)
-    except ValidationError as err:
-        raise bad(err, name) from None
+    return _name_param(query, name, "shard ID", names.validate_shard_id)
 
 
 def selector_param(query: Mapping[str, str], name: str = "selector") -> Selector:
