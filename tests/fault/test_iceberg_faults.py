@@ -3,7 +3,7 @@ transactions, rolled-back ones, appends sent twice) read by ``gazette-consumer s
 members running `gazette.iceberg.IcebergSink` on its four shards, the catalog in
 PostgreSQL (what several members share: a member frozen inside a commit holds the table's
 row until the server ends its idle transaction; on SQLite it would hold the file's write
-lock until thawed), the warehouse a folder. Members are SIGKILLed twice (and
+lock until thawed), the warehouse a folder. The busiest member is SIGKILLed (and
 restarted), and one is frozen (SIGSTOP) until its shards moved, then thawed (its
 commits are fenced out). Afterwards the table holds every committed chunk exactly once:
 each stream's chunks 1..n+1, each once, summing to what the driver published; no
@@ -117,8 +117,9 @@ async def test_an_iceberg_table_holds_each_committed_chunk_once_through_member_f
                 Driver(client, seed=11) as driver:
             async with publishing(driver):
                 await grows(table, cluster)
-                for _ in range(2):
-                    await sigkill_busiest(cluster, members, lambda: grows(table, cluster))
+                # (one SIGKILL: the zombie below is the fence's harder case; a second
+                # kill found nothing more and cost 15 s of the suite's budget)
+                await sigkill_busiest(cluster, members, lambda: grows(table, cluster))
                 # A zombie: frozen until its shards moved, then thawed: whatever it
                 # commits is fenced out, and it exits for its lost lease.
                 zombie = busiest(cluster, members)
