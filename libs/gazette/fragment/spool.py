@@ -7,14 +7,15 @@ leaves nothing behind. The spool rolls to a new fragment at the spec's length, a
 flush interval, or on demand; a closed spool is a `Fragment` plus its local file, which
 the `Persister` uploads.
 
-Writes are plain `os.pwrite` on the loop's thread: measured here, that beat offloading
-to a worker thread (page-cache writes are fast; the hand-off is not). The SHA-1s are
-summed by the caller (`summed=True`), on a worker thread for large chunks
-(`gazette.fragment.summer`). Reads of the open spool come from the page cache on the
-loop (`read_cached`, which never waits for the disk). What may block runs in worker
-threads: creating and removing spool files (`create`, `remove`), and reads the page
-cache cannot serve (`read_file`, which opens the file by path, so a spool closed
-meanwhile is never read through a reused descriptor).
+Writes are plain `os.pwrite` on the caller's thread: a broker writes an append's large
+chunks on a thread of its own, in order (`gazette.fragment.summer.ThreadedSha1`'s
+`write`), small ones on the loop. The SHA-1s are summed by the caller (`summed=True`),
+on a worker thread for large chunks (`gazette.fragment.summer`). Reads of the open
+spool come from the page cache on the loop (`read_cached`, which never waits for the
+disk). What may block runs in worker threads: creating and removing spool files
+(`create`, `remove`), and reads the page cache cannot serve (`read_file`, which opens
+the file by path, so a spool closed meanwhile is never read through a reused
+descriptor).
 """
 
 from __future__ import annotations

@@ -81,9 +81,10 @@ class Broker:
         #: One thread summing appends' SHA-1s (their own and their spools') while the
         #: loop receives content and writes spools.
         self.hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-sha1")
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool-write")
         self.shared = Shared(self.persister, self.store_for,
                              FragmentCache(spool_root / ".cache", cache_bytes), self.hasher,
-                             peering, max_append_size, append_idle_timeout)
+                             self.writer, peering, max_append_size, append_idle_timeout)
         self.supervisor = Supervisor(transient=(EtcdError, StoreError, OSError))
         self.local: LocalItems[JournalSpec, Replica] = LocalItems(
             keyspace, layout, JournalSpec, self._open, self.supervisor,
@@ -185,6 +186,7 @@ class Broker:
             await store.close()
         await self.channels.close()
         self.hasher.shutdown(wait=False)  # its work is awaited by the appends
+        self.writer.shutdown(wait=False)
 
 
 def _leftover_spools(root: Path) -> list[tuple[Path, int]]:

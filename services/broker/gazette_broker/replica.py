@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -280,7 +281,9 @@ class Replica:
             # The append's own SHA-1 (unless not wanted) and the spool's, summed on the
             # hasher's thread.
             sha1 = ThreadedSha1(state.shared.hasher, also=[spool.pending_sum],
-                                own=sum_content)
+                                own=sum_content,
+                                write=functools.partial(spool.write, summed=True),
+                                writer=state.shared.writer)
             registers = state.registers
             if union_registers:
                 registers = registers | union_registers
@@ -295,7 +298,6 @@ class Replica:
                             if size + len(chunk) > self.max_append_size:
                                 raise AppendError(Status.APPEND_TOO_LARGE, "append is larger than "
                                                   f"the {self.max_append_size}-byte limit")
-                            spool.write(chunk, summed=True)
                             await sha1.update(chunk)
                             if pipeline is not None:
                                 await pipeline.send(chunk, size)
@@ -310,9 +312,12 @@ class Replica:
                                               f"may have lost its lease")
                         await pipeline.propose(spool.pending, registers)
                 except BaseException:
-                    # The spool's pending sum is dropped: chunks the thread may still be
-                    # summing into it change nothing.
-                    spool.rollback()
+                    # The thread writes and sums nothing more into the spool; its pending
+                    # sum is dropped, its file cut back.
+                    try:
+                        await sha1.settle()
+                    finally:
+                        spool.rollback()
                     if pipeline is not None:
                         pipeline.close()  # peers drop what is pending; the next append re-syncs
                     raise

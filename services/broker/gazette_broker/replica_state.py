@@ -70,6 +70,9 @@ class Shared:
     #: One thread summing appends' SHA-1s (their own and the spool's) beside the loop;
     #: without it, the loop sums them.
     hasher: Executor | None = None
+    #: One thread writing appends into spools, in order, beside the loop (a slow page
+    #: cache stalls it, not the reads the loop serves); without it, the loop writes.
+    writer: Executor | None = None
     peering: Peering | None = None
     max_append_size: int = DEFAULT_MAX_APPEND_SIZE
     append_idle_timeout: float = DEFAULT_APPEND_IDLE_TIMEOUT
