@@ -68,7 +68,6 @@ class ShardLag:
         self.shard = shard
         self._journals: dict[str, _Journal] = {}
         self._heads: dict[str, int] = {}
-        LAGS.add(self)
 
     def saw_head(self, journal: str, head: int) -> None:
         self._heads[journal] = head
@@ -77,7 +76,9 @@ class ShardLag:
             state.saw(head, time.monotonic())
 
     def committed(self, offsets: dict[str, int]) -> None:
-        """A transaction (or the restored checkpoint) committed through `offsets`."""
+        """A transaction (or the restored checkpoint) committed through `offsets`; it is
+        reported from then on, until `close`."""
+        LAGS.add(self)
         for journal, offset in offsets.items():
             state = self._journals.get(journal)
             if state is None:
@@ -93,6 +94,8 @@ class ShardLag:
         for journal in self._journals:
             with contextlib.suppress(KeyError):
                 LAG_BYTES.remove(self.shard, journal)
+        self._journals.clear()
+        self._heads.clear()
 
     def seconds(self) -> Iterator[tuple[str, float]]:
         now = time.monotonic()

@@ -209,7 +209,6 @@ class ShardRunner:
             offsets = {s.journal: max(checkpoint.sources.get(s.journal, 0), s.min_offset)
                        for s in self.spec.sources}
             self.shard.progress.restored(offsets)
-            self._lag = ShardLag(self.spec.id)
             self._lag.committed(offsets)
             framings = {j: await self._framing(j) for j in offsets}
             self.store = store

@@ -101,8 +101,7 @@ class LocalShard:
         self.route: Resolution[ShardSpec] | None = None
         self.runner: ShardRunner | None = None
         self._status = ReplicaStatus(PENDING)
-        report(self.id, self._status)
-        export_status(self.id, self._status)
+        self._tell(self._status)
         self._task: asyncio.Task[None] | None = None
         #: The spec and role (primary?) a run failed under: it is not tried again
         #: until either changes (a failed standby that is promoted tries as primary).
@@ -124,8 +123,12 @@ class LocalShard:
     def status(self, status: ReplicaStatus) -> None:
         if status != self._status:
             self._status = status
-            self._report(self.id, status)
-            export_status(self.id, status)
+            self._tell(status)
+
+    def _tell(self, status: ReplicaStatus | None) -> None:
+        """`report` it, and export it as metrics (None: the shard left this member)."""
+        self._report(self.id, status)
+        export_status(self.id, status)
 
     @property
     def is_primary(self) -> bool:
@@ -308,8 +311,7 @@ class LocalShard:
             self._held.cancel()
         await self._stop_runner()
         await self._drop_standby()
-        self._report(self.id, None)
-        export_status(self.id, None)
+        self._tell(None)
         log.info("shard %s: stopped here (%s)", self.id, reason)
 
 
